@@ -1,0 +1,11 @@
+"""mrope: exact, vectorized multimodal rotary position embeddings (M-RoPE) for vision-language models.
+
+``import mrope`` needs only numpy; torch and triton are imported by the parts that use them.
+"""
+
+from ._errors import MRopeError  # first: every submodule raises it
+from .batch import get_rope_index
+from .families import from_config, supported_model_types
+
+__all__ = ["MRopeError", "from_config", "get_rope_index", "supported_model_types"]
+__version__ = "0.1.0"

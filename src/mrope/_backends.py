@@ -1,0 +1,67 @@
+"""Conversion between the array types mrope accepts (lists, numpy, torch) without importing torch.
+
+torch is imported only when a caller already passed a torch tensor (it is then in ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from ._errors import MRopeError
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for a ``torch.Tensor``; never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
+    """A numpy view (no copy where possible) of a list, numpy array or torch tensor."""
+    if is_torch_tensor(x):
+        x = x.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        x = x.numpy()
+    try:
+        arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as err:
+        raise MRopeError(f"{name} could not be read as an array: {err}") from None
+    return arr
+
+
+def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:
+    """An int64 numpy array of the given rank; bool and float inputs are refused with a clear message."""
+    arr = to_numpy(x, name=name)
+    ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in ndims:
+        expected = " or ".join(f"{n}-D" for n in ndims)
+        raise MRopeError(f"{name} must be {expected}, got shape {tuple(arr.shape)}")
+    if arr.size == 0 and arr.dtype == np.float64:
+        return arr.astype(np.int64)  # np.asarray([]) is float64: an empty list is still a valid id list
+    if arr.dtype.kind not in "iu":
+        raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def to_grid_array(x: Any, *, name: str) -> np.ndarray:
+    """Grids as an int64 (n, 3) array; ``None`` is an empty grid list."""
+    if x is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    arr = to_int_array(x, name=name, ndim=(1, 2))
+    if arr.ndim == 1 and arr.size == 0:
+        return arr.reshape(0, 3)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise MRopeError(f"{name} must have shape (num_items, 3) as (T, H, W) rows, got {tuple(arr.shape)}")
+    return arr
+
+
+def like_input(arr: np.ndarray, template: Any) -> Any:
+    """Return ``arr`` as the template's type: a torch tensor on the template's device, or numpy."""
+    if is_torch_tensor(template):
+        torch = sys.modules["torch"]
+        return torch.from_numpy(np.ascontiguousarray(arr)).to(template.device)
+    return arr

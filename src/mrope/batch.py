@@ -1,0 +1,74 @@
+"""``get_rope_index``: a padded batch in one go, drop-in for transformers' method of the same name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._backends import like_input, to_int_array, to_numpy
+from ._errors import MRopeError
+from .core import build_segments, render_all
+from .families import Family, from_config
+
+
+def get_rope_index(
+    config: Any,
+    input_ids: Any,
+    *,
+    image_grid_thw: Any = None,
+    video_grid_thw: Any = None,
+    second_per_grid_ts: Any = None,
+    attention_mask: Any = None,
+    compat: str | None = None,
+) -> tuple[Any, Any]:
+    """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
+
+    All rows are parsed, placed and rendered together (no loop over rows); grids are consumed in
+    order across the batch.
+
+    Parameters
+    ----------
+    config : transformers config, its ``to_dict()``, or a family from :func:`mrope.from_config`
+        (faster: the config is read once).
+    input_ids : torch tensor or numpy array, shape (B, L), integer
+    image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
+    second_per_grid_ts : (num_videos,), optional (families that scale video time)
+    attention_mask : shape (B, L), optional; 0 marks padding (left or right). Padded slots get 0.
+    compat : ``"vllm"`` or ``"transformers"``; defaults to the family's own, ``"vllm"`` for configs.
+
+    Returns
+    -------
+    position_ids : shape (3, B, L), int64
+    rope_deltas : shape (B, 1), int64
+        Torch tensors on the device of ``input_ids`` if it is a tensor, numpy arrays otherwise.
+    """
+    if isinstance(config, Family):
+        family = config if compat in (None, config.compat) else from_config(config.config, compat=compat)
+    else:
+        family = from_config(config, compat=compat or "vllm")
+    ids = to_int_array(input_ids, name="input_ids", ndim=2)
+    batch, length = ids.shape
+    if attention_mask is None:
+        stream = ids.reshape(-1)
+        row_offsets = np.arange(batch + 1, dtype=np.int64) * length
+        mask = None
+    else:
+        mask = to_numpy(attention_mask, name="attention_mask")
+        if mask.shape != ids.shape:
+            raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {tuple(ids.shape)}")
+        if mask.dtype.kind not in "biu":
+            raise MRopeError(f"attention_mask must hold 0/1 integers or bools, got dtype {mask.dtype}")
+        mask = mask.astype(bool, copy=False)
+        stream = ids[mask]
+        row_offsets = np.zeros(batch + 1, dtype=np.int64)
+        np.cumsum(mask.sum(axis=1), out=row_offsets[1:])
+    placed = family.place_stream(stream, row_offsets, image_grid_thw, video_grid_thw, second_per_grid_ts)
+    table = build_segments(placed)
+    if mask is None:
+        position_ids = render_all(table).reshape(3, batch, length)
+    else:
+        position_ids = np.zeros((3, batch, length), dtype=np.int64)
+        position_ids[:, mask] = render_all(table)
+    deltas = placed.delta.reshape(batch, 1)
+    return like_input(position_ids, input_ids), like_input(deltas, input_ids)

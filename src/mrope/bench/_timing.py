@@ -1,0 +1,74 @@
+"""Shared timing and reporting for the benchmarks: medians over repeats, ratio tables, JSON output."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def time_call(fn: Callable[[], Any], *, repeats: int = 50, min_seconds: float = 0.2) -> list[float]:
+    """Seconds per call of ``fn``, one sample per call, after one warm-up call.
+
+    Runs at least ``repeats`` calls and keeps going until ``min_seconds`` have passed, so fast calls get
+    enough samples for a stable median.
+    """
+    fn()
+    samples: list[float] = []
+    begin = time.perf_counter()
+    while len(samples) < repeats or (time.perf_counter() - begin < min_seconds and len(samples) < 100_000):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def median_us(samples: Sequence[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def percentile_us(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index] * 1e6
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-markdown table, numbers formatted to stay readable."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    import numpy as np
+
+    info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                            "machine": platform.machine(), "processor": platform.processor()}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    """Write raw results (plus machine info and time) as JSON so later runs can be compared."""
+    if not path:
+        return
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(), **payload}
+    out.write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,24 @@
+"""The vectorized core shared by every family and API: parse (per family), place, render.
+
+A token stream (one prompt, or the real tokens of a padded batch laid end to end) is described by
+its vision *blocks* (:class:`Blocks`, found by a family's parser). :func:`place` gives every block
+its base position under a convention; :func:`build_segments` turns the placed blocks into a small
+table of segments (text runs and single video frames), and :func:`render` computes positions for
+any token indices from that table.
+"""
+
+from .blocks import Blocks, locate_items
+from .place import COMPATS, Placed, place
+from .render import SegmentTable, build_segments, render, render_all
+
+__all__ = [
+    "COMPATS",
+    "Blocks",
+    "Placed",
+    "SegmentTable",
+    "build_segments",
+    "locate_items",
+    "place",
+    "render",
+    "render_all",
+]

@@ -1,0 +1,101 @@
+"""Vision blocks of a token stream, and the shared helper that finds them from placeholder tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._errors import MRopeError
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The vision blocks of a token stream, sorted by ``start``; all arrays have shape (num_blocks,).
+
+    A block holds ``frames * height * width`` consecutive tokens (grid after merging), t-major then h
+    then w. Frame ``k`` of a block has temporal index ``trunc(k * interval)``, computed in float32 as
+    the peers do.
+    """
+
+    start: np.ndarray  # int64, stream index of the block's first token
+    frames: np.ndarray  # int64, T' (merged temporal size)
+    height: np.ndarray  # int64, H'
+    width: np.ndarray  # int64, W'
+    interval: np.ndarray  # float32, temporal index step between frames
+
+    @property
+    def num_tokens(self) -> np.ndarray:
+        return self.frames * self.height * self.width
+
+    @staticmethod
+    def concat(parts: list[Blocks]) -> Blocks:
+        """Blocks of several modalities merged into stream order."""
+        parts = [p for p in parts if p.start.size]
+        if not parts:
+            return empty_blocks()
+        if len(parts) == 1:
+            return parts[0]
+        start = np.concatenate([p.start for p in parts])
+        order = np.argsort(start, kind="stable")
+        return Blocks(
+            start=start[order],
+            frames=np.concatenate([p.frames for p in parts])[order],
+            height=np.concatenate([p.height for p in parts])[order],
+            width=np.concatenate([p.width for p in parts])[order],
+            interval=np.concatenate([p.interval for p in parts])[order],
+        )
+
+
+def empty_blocks() -> Blocks:
+    z = np.zeros(0, dtype=np.int64)
+    return Blocks(z, z, z, z, np.zeros(0, dtype=np.float32))
+
+
+def locate_items(
+    placeholder_index: np.ndarray,
+    tokens_per_item: np.ndarray,
+    row_offsets: np.ndarray,
+    *,
+    what: str,
+    grid_name: str,
+    describe: Callable[[int], str],
+) -> np.ndarray:
+    """Stream index of each item's first placeholder token, items taken in order.
+
+    ``placeholder_index`` holds the (sorted) stream indices of every placeholder token of one
+    modality; item ``i`` owns the next ``tokens_per_item[i]`` of them, which must be consecutive in
+    the stream and lie in one row. Raises :class:`MRopeError` naming the item (``describe(i)``)
+    otherwise.
+    """
+    needed = int(tokens_per_item.sum())
+    found = int(placeholder_index.size)
+    if needed != found:
+        runs = 0 if found == 0 else 1 + int(np.count_nonzero(np.diff(placeholder_index) != 1))
+        raise MRopeError(
+            f"found {found} {what} placeholder tokens (in {runs} runs), but {grid_name} describes "
+            f"{len(tokens_per_item)} {what}s needing {needed} tokens "
+            f"({', '.join(str(int(n)) for n in tokens_per_item[:8])}{', ...' if len(tokens_per_item) > 8 else ''})"
+        )
+    if needed == 0:
+        return np.zeros(0, dtype=np.int64)
+    last = np.cumsum(tokens_per_item)
+    first = last - tokens_per_item
+    start = placeholder_index[first]
+    end = placeholder_index[last - 1]
+    row_of_start = np.searchsorted(row_offsets, start, side="right")
+    broken = (end - start + 1 != tokens_per_item) | (np.searchsorted(row_offsets, end, side="right") != row_of_start)
+    if broken.any():
+        i = int(np.flatnonzero(broken)[0])
+        s = int(start[i])
+        run = placeholder_index[first[i] : last[i]]
+        gap = np.flatnonzero(np.diff(run) != 1)
+        run_len = int(gap[0]) + 1 if gap.size else run.size
+        row = int(row_of_start[i]) - 1
+        raise MRopeError(
+            f"{describe(i)} needs {int(tokens_per_item[i])} "
+            f"consecutive placeholder tokens in one row from stream index {s - int(row_offsets[row])} of row "
+            f"{row}, found a run of {run_len}"
+        )
+    return start

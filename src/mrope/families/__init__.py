@@ -1,0 +1,58 @@
+"""The model families, one small module each, and :func:`from_config` to pick one from a config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import MRopeError
+from ._base import Family
+from .glm4v import Glm4V
+from .qwen2_5_vl import Qwen2_5_VL
+from .qwen2_vl import Qwen2VL
+from .qwen3_vl import Qwen3VL
+
+FAMILIES: tuple[type[Family], ...] = (Qwen2VL, Qwen2_5_VL, Qwen3VL, Glm4V)
+REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
+
+
+def supported_model_types() -> list[str]:
+    """The ``model_type`` values :func:`from_config` accepts, sorted."""
+    return sorted(REGISTRY)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A transformers config (object or ``to_dict()`` output) as a plain dict, sub-configs included."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    raise MRopeError(f"config must be a transformers config or its to_dict(), got {type(config).__name__}")
+
+
+def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Family:
+    """The family of a transformers config, with its token ids and merge sizes.
+
+    Parameters
+    ----------
+    config : transformers ``PretrainedConfig`` or its ``to_dict()``
+    compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
+        (see the README's conventions).
+    **overrides : settings that win over the config's (e.g. ``tokens_per_second=2``).
+
+    Raises
+    ------
+    MRopeError
+        Unknown ``model_type`` (the message lists the supported ones), a setting the config lacks,
+        an override the family does not take.
+    """
+    cfg = config_to_dict(config)
+    model_type = cfg.get("model_type")
+    cls = REGISTRY.get(model_type)
+    if cls is None:
+        raise MRopeError(f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}")
+    settings = {**cls.read_settings(cfg), **overrides}
+    return cls(model_type, compat=compat, config=cfg, **settings)
+
+
+__all__ = ["FAMILIES", "Family", "REGISTRY", "from_config", "supported_model_types"]

@@ -1,0 +1,182 @@
+"""What every family shares: settings from a config, input checks, and the parse-place-render pipeline.
+
+A family module subclasses :class:`Family` and states only what differs: which config fields it
+reads and how a prompt parses into vision blocks (:meth:`Family.parse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._backends import to_grid_array, to_int_array, to_numpy
+from .._errors import MRopeError
+from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_all
+from ..core.place import check_compat
+
+
+class Family:
+    """A model family's M-RoPE position rule, bound to the settings of one config.
+
+    Subclasses set ``model_types`` and ``settings`` (attribute name -> default, ``None`` meaning
+    required) and implement :meth:`parse`. Settings are read from the config by :meth:`read_settings`.
+    """
+
+    model_types: ClassVar[tuple[str, ...]] = ()
+    settings: ClassVar[dict[str, Any]] = {}
+    uses_second_per_grid_ts: ClassVar[bool] = False
+    rotary_layout: ClassVar[str] = "chunked"
+    rotary_is_neox_style: ClassVar[bool] = True
+
+    def __init__(self, model_type: str, *, compat: str = "vllm", config: Mapping[str, Any] | None = None,
+                 **settings: Any) -> None:
+        self.model_type = model_type
+        self.compat = check_compat(compat)
+        self.config = dict(config or {})
+        unknown = sorted(set(settings) - set(self.settings))
+        if unknown:
+            raise MRopeError(f"{model_type} takes no setting {unknown}; its settings are {sorted(self.settings)}")
+        for name, default in self.settings.items():
+            value = settings.get(name, default)
+            if value is None:
+                raise MRopeError(f"{model_type} needs the setting {name!r} (not found in the config)")
+            setattr(self, name, value)
+        merge = getattr(self, "spatial_merge_size", 1)
+        if not isinstance(merge, (int, np.integer)) or merge <= 0:
+            raise MRopeError(f"spatial_merge_size must be a positive int, got {merge!r}")
+
+    @classmethod
+    def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Settings found in a config dict: top level first, then ``vision_config``."""
+        vision = config.get("vision_config") or {}
+        found = {}
+        for name in cls.settings:
+            if name in config and config[name] is not None:
+                found[name] = config[name]
+            elif name in vision and vision[name] is not None:
+                found[name] = vision[name]
+        return found
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
+        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}, {shown})"
+
+    # -- the family-specific part -------------------------------------------------------------------
+    def parse(self, ids: np.ndarray, row_offsets: np.ndarray, images: np.ndarray, videos: np.ndarray,
+              second_per_grid_ts: np.ndarray | None) -> Blocks:
+        """Vision blocks of the stream ``ids`` (rows laid end to end at ``row_offsets``)."""
+        raise NotImplementedError
+
+    # -- shared pipeline ----------------------------------------------------------------------------
+    def place_stream(self, ids: np.ndarray, row_offsets: np.ndarray, image_grid_thw: Any, video_grid_thw: Any,
+                     second_per_grid_ts: Any) -> Placed:
+        """Check the grids, parse the stream and place its blocks."""
+        images = self.check_grids(image_grid_thw, "image_grid_thw")
+        videos = self.check_grids(video_grid_thw, "video_grid_thw")
+        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+        return place(self.parse(ids, row_offsets, images, videos, seconds), row_offsets, self.compat)
+
+    def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
+                 second_per_grid_ts: Any = None) -> tuple[SegmentTable, int]:
+        """The segment table of one prompt and its delta: O(blocks + frames) state for serving."""
+        ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        row_offsets = np.array([0, ids.size], dtype=np.int64)
+        placed = self.place_stream(ids, row_offsets, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        return build_segments(placed), int(placed.delta[0])
+
+    def positions(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
+                  second_per_grid_ts: Any = None) -> tuple[np.ndarray, int]:
+        """Positions of one prompt, as an engine computes them at admission.
+
+        Parameters
+        ----------
+        input_ids : list, numpy array or torch tensor, shape (L,), integer
+        image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
+        second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time)
+
+        Returns
+        -------
+        positions : numpy.ndarray, shape (3, L), int64 (rows t, h, w)
+        delta : int, ``positions.max() + 1 - L``; a token at sequence index ``i >= L`` has position
+            ``i + delta`` on all three rows.
+
+        Raises
+        ------
+        MRopeError
+            Placeholder counts that do not match the grids, bad grids or times, bad input shapes.
+        """
+        table, delta = self.segments(input_ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
+                                     second_per_grid_ts=second_per_grid_ts)
+        return render_all(table), delta
+
+    # -- checks -------------------------------------------------------------------------------------
+    def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
+        grids = to_grid_array(grid_thw, name=name)
+        if grids.size == 0:
+            return grids
+        bad = np.flatnonzero((grids <= 0).any(axis=1))
+        if bad.size:
+            i = int(bad[0])
+            raise MRopeError(f"{name}[{i}] = {tuple(int(g) for g in grids[i])}: every grid value must be > 0")
+        merge = self.spatial_merge_size
+        bad = np.flatnonzero((grids[:, 1:] % merge != 0).any(axis=1))
+        if bad.size:
+            i = int(bad[0])
+            t, h, w = (int(g) for g in grids[i])
+            axis = "H" if h % merge else "W"
+            raise MRopeError(f"{name}[{i}] = {(t, h, w)}: {axis}={h if axis == 'H' else w} is not divisible by "
+                             f"spatial_merge_size {merge}")
+        return grids
+
+    def check_second_per_grid_ts(self, seconds: Any, num_videos: int) -> np.ndarray | None:
+        if seconds is None:
+            return None
+        if not self.uses_second_per_grid_ts:
+            raise MRopeError(f"{self.model_type} does not scale video time: second_per_grid_ts must be None")
+        arr = to_numpy(seconds, name="second_per_grid_ts")
+        if arr.ndim != 1 or arr.shape[0] != num_videos:
+            raise MRopeError(f"second_per_grid_ts must have shape ({num_videos},), one value per video, "
+                             f"got shape {tuple(arr.shape)}")
+        if arr.dtype.kind not in "iuf":
+            raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
+        arr = arr.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise MRopeError(f"second_per_grid_ts[{i}] = {arr[i]}: must be finite and >= 0")
+        return arr
+
+    # -- helpers for parsers ------------------------------------------------------------------------
+    def vision_blocks(self, placeholder_index: np.ndarray, grids: np.ndarray, row_offsets: np.ndarray, *,
+                      what: str, grid_name: str, interval: np.ndarray | float = 1.0,
+                      frame_of: np.ndarray | None = None) -> Blocks:
+        """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
+        ``T*H*W / merge**2`` placeholder tokens. ``frame_of`` (from :func:`split_frames`) says, for
+        grids split into frames, which video and frame each item is, for error messages."""
+        merge = self.spatial_merge_size
+        frames, height, width = grids[:, 0], grids[:, 1] // merge, grids[:, 2] // merge
+
+        def describe(i: int) -> str:
+            if frame_of is None:
+                return f"{what} {i} ({grid_name}[{i}] = {tuple(int(g) for g in grids[i])})"
+            video, frame = (int(v) for v in frame_of[i])
+            return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {tuple(int(g) for g in grids[i, 1:])})"
+
+        start = locate_items(placeholder_index, frames * height * width, row_offsets, what=what,
+                             grid_name=grid_name, describe=describe)
+        interval = np.broadcast_to(np.asarray(interval, dtype=np.float32), start.shape)
+        return Blocks(start, frames, height, width, interval)
+
+
+def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each (T, H, W) video as T grids (1, H, W), for families that separate frames with timestamps.
+
+    Returns the split grids (num_frames, 3) and, per frame, (video index, frame index)."""
+    repeats = grids[:, 0]
+    split = np.repeat(grids, repeats, axis=0)
+    split[:, 0] = 1
+    video = np.repeat(np.arange(len(grids)), repeats)
+    frame = np.arange(len(split)) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+    return split, np.stack([video, frame], axis=1)
