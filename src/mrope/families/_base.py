@@ -111,6 +111,14 @@ class Family:
                                      second_per_grid_ts=second_per_grid_ts)
         return render_all(table), delta
 
+    def rotary_embedding(self, *, dtype: Any = None) -> Any:
+        """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch)."""
+        from ..rotary import rotary_embedding_from_config
+
+        text_config = self.config.get("text_config") or self.config
+        return rotary_embedding_from_config(text_config, layout=self.rotary_layout,
+                                            is_neox_style=self.rotary_is_neox_style, dtype=dtype)
+
     # -- checks -------------------------------------------------------------------------------------
     def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
         grids = to_grid_array(grid_thw, name=name)
