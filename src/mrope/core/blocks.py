@@ -24,10 +24,7 @@ class Blocks:
     height: np.ndarray  # int64, H'
     width: np.ndarray  # int64, W'
     interval: np.ndarray  # float32, temporal index step between frames
-
-    @property
-    def num_tokens(self) -> np.ndarray:
-        return self.frames * self.height * self.width
+    num_tokens: np.ndarray  # int64, frames * height * width
 
     @staticmethod
     def concat(parts: list[Blocks]) -> Blocks:
@@ -45,12 +42,13 @@ class Blocks:
             height=np.concatenate([p.height for p in parts])[order],
             width=np.concatenate([p.width for p in parts])[order],
             interval=np.concatenate([p.interval for p in parts])[order],
+            num_tokens=np.concatenate([p.num_tokens for p in parts])[order],
         )
 
 
 def empty_blocks() -> Blocks:
     z = np.zeros(0, dtype=np.int64)
-    return Blocks(z, z, z, z, np.zeros(0, dtype=np.float32))
+    return Blocks(z, z, z, z, np.zeros(0, dtype=np.float32), z)
 
 
 def locate_items(
@@ -80,12 +78,14 @@ def locate_items(
         )
     if needed == 0:
         return np.zeros(0, dtype=np.int64)
-    last = np.cumsum(tokens_per_item)
+    last = tokens_per_item.cumsum()
     first = last - tokens_per_item
     start = placeholder_index[first]
     end = placeholder_index[last - 1]
-    row_of_start = np.searchsorted(row_offsets, start, side="right")
-    broken = (end - start + 1 != tokens_per_item) | (np.searchsorted(row_offsets, end, side="right") != row_of_start)
+    broken = end - start + 1 != tokens_per_item
+    row_of_start = row_offsets.searchsorted(start, side="right")
+    if row_offsets.size > 2:  # one row cannot be crossed; several rows lie end to end in the stream
+        broken |= row_offsets.searchsorted(end, side="right") != row_of_start
     if broken.any():
         i = int(np.flatnonzero(broken)[0])
         s = int(start[i])

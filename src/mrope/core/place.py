@@ -3,6 +3,9 @@
 This is the only place where the conventions differ. After a vision block, text resumes at
 ``max(block) + 1`` under ``"vllm"`` (vLLM, SGLang, transformers <= 5.2, the models' original code)
 and at ``base + max(H', W')`` under ``"transformers"`` (transformers >= 5.3).
+
+Everything here is a handful of numpy calls over blocks (never tokens): a block's base is its
+index in the row plus the *shift* (``advance - num_tokens``) of the blocks before it in the row.
 """
 
 from __future__ import annotations
@@ -41,38 +44,23 @@ def temporal_index(frame: np.ndarray, interval: np.ndarray) -> np.ndarray:
 
 def place(blocks: Blocks, row_offsets: np.ndarray, compat: str) -> Placed:
     """Bases of every block and delta of every row, in one scan over blocks (not tokens)."""
-    num_rows = row_offsets.size - 1
-    row_length = np.diff(row_offsets)
-    n = blocks.start.size
-    if n == 0:
-        return Placed(blocks, blocks.start, blocks.start, row_offsets, np.zeros(num_rows, dtype=np.int64))
-
-    start, height, width = blocks.start, blocks.height, blocks.width
-    end = start + blocks.num_tokens
-    row = np.searchsorted(row_offsets, start, side="right") - 1
-    # extent: how far the block reaches past its base on any axis (t may reach past h and w)
-    extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval), np.maximum(height, width) - 1) + 1
-    advance = extent if compat == "vllm" else np.maximum(height, width)
-
-    first_in_row = np.ones(n, dtype=bool)
-    first_in_row[1:] = row[1:] != row[:-1]
-    previous_end = np.empty(n, dtype=np.int64)
-    previous_end[0] = 0
-    previous_end[1:] = end[:-1]
-    previous_end = np.where(first_in_row, row_offsets[row], previous_end)
-    text_before = start - previous_end
-    step = text_before + advance
-    before = np.cumsum(step) - step
-    row_first = np.maximum.accumulate(np.where(first_in_row, np.arange(n), 0))
-    base = before - before[row_first] + text_before
+    start = blocks.start
+    if start.size == 0:
+        return Placed(blocks, start, start, row_offsets, np.zeros(row_offsets.size - 1, dtype=np.int64))
+    hw_extent = np.maximum(blocks.height, blocks.width)
+    # how far a block reaches past its base on any axis (scaled time may reach past h and w)
+    extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval) + 1, hw_extent)
+    advance = extent if compat == "vllm" else hw_extent
+    shift = np.zeros(start.size + 1, dtype=np.int64)
+    np.cumsum(advance - blocks.num_tokens, out=shift[1:])
+    row = row_offsets.searchsorted(start, side="right") - 1
+    first_block = start.searchsorted(row_offsets)  # index of each row's first block; last entry = n
+    shift_before_row = shift[first_block]
+    base = start - row_offsets[row] + shift[:-1] - shift_before_row[row]
     next_base = base + advance
-
-    # a row's last position: its trailing text, or the largest block corner reach
-    last_in_row = np.ones(n, dtype=bool)
-    last_in_row[:-1] = row[:-1] != row[1:]
-    final_base = row_length.copy()
-    lr = row[last_in_row]
-    final_base[lr] = next_base[last_in_row] + row_offsets[lr + 1] - end[last_in_row]
-    row_max = final_base - 1
-    np.maximum.at(row_max, row, base + extent - 1)
-    return Placed(blocks, base, next_base, row_offsets, row_max + 1 - row_length)
+    delta = shift_before_row[1:] - shift_before_row[:-1]  # text resumes after each block: the row's end
+    if compat != "vllm":  # a block may reach past the row's last text position
+        row_last = row_offsets[1:] - row_offsets[:-1] + delta - 1
+        np.maximum.at(row_last, row, base + extent - 1)
+        delta = row_last + 1 - (row_offsets[1:] - row_offsets[:-1])
+    return Placed(blocks, base, next_base, row_offsets, delta)

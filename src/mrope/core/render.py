@@ -48,28 +48,34 @@ def build_segments(placed: Placed) -> SegmentTable:
     num_rows, n = row_starts.size, blocks.start.size
     frames = blocks.frames
     num_frames = int(frames.sum())
-    frame_block = np.repeat(np.arange(n), frames)
-    frame = np.arange(num_frames) - np.repeat(np.cumsum(frames) - frames, frames)
-    plane = (blocks.height * blocks.width)[frame_block]
+    if num_frames == n:  # every block is a single frame (images, timestamped video frames)
+        frame_start, frame_base, frame_t0, frame_width = blocks.start, placed.base, placed.base, blocks.width
+    else:
+        frame_block = np.arange(n).repeat(frames)
+        first_frame = frames.cumsum() - frames
+        frame = np.arange(num_frames) - first_frame.repeat(frames)
+        frame_base = placed.base[frame_block]
+        frame_start = blocks.start[frame_block] + frame * (blocks.height * blocks.width)[frame_block]
+        frame_t0 = frame_base + temporal_index(frame, blocks.interval[frame_block])
+        frame_width = blocks.width[frame_block]
 
     num_text = num_rows + n
     data = np.empty((5, num_text + num_frames), dtype=np.int64)
-    start, t0, hw0, width, is_text = data
-    start[:num_rows] = row_starts
-    start[num_rows:num_text] = blocks.start + blocks.num_tokens
-    start[num_text:] = blocks.start[frame_block] + frame * plane
-    t0[:num_rows] = 0
-    t0[num_rows:num_text] = placed.next_base
-    hw0[:num_text] = t0[:num_text]
-    hw0[num_text:] = placed.base[frame_block]
-    t0[num_text:] = hw0[num_text:] + temporal_index(frame, blocks.interval[frame_block])
-    width[:num_text] = 1
-    width[num_text:] = blocks.width[frame_block]
-    is_text[:num_text] = 1
-    is_text[num_text:] = 0
+    data[:, :num_rows] = [[0], [0], [0], [1], [1]]
+    data[0, :num_rows] = row_starts
+    text = data[:, num_rows:num_text]
+    text[0] = blocks.start + blocks.num_tokens
+    text[1] = text[2] = placed.next_base
+    text[3:] = 1
+    frame_data = data[:, num_text:]
+    frame_data[0] = frame_start
+    frame_data[1] = frame_t0
+    frame_data[2] = frame_base
+    frame_data[3] = frame_width
+    frame_data[4] = 0
     # empty text segments sort before the frame that starts at the same index
-    order = np.argsort(start * 2 + (1 - is_text), kind="stable")
-    return SegmentTable(np.ascontiguousarray(data[:, order]), int(placed.row_offsets[-1]))
+    order = (data[0] * 2 - data[4]).argsort(kind="stable")
+    return SegmentTable(data.take(order, axis=1), int(placed.row_offsets[-1]))
 
 
 def _apply(rep: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
@@ -85,8 +91,10 @@ def _apply(rep: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
 def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray:
     """Positions (3, length) of every token of the stream, int64."""
     data = table.data
-    lengths = np.diff(data[0], append=table.length)
-    rep = np.repeat(data, lengths, axis=1)
+    lengths = np.empty(data.shape[1], dtype=np.int64)
+    np.subtract(data[0, 1:], data[0, :-1], out=lengths[:-1])
+    lengths[-1] = table.length - data[0, -1]
+    rep = data.repeat(lengths, axis=1)
     if out is None:
         out = np.empty((3, table.length), dtype=np.int64)
     offset = np.arange(table.length, dtype=np.int64)
@@ -97,6 +105,6 @@ def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray
 
 def render(table: SegmentTable, index: np.ndarray, out: np.ndarray) -> None:
     """Positions of arbitrary stream indices (``index`` (N,) int64) into ``out`` (3, N)."""
-    segment = np.searchsorted(table.data[0], index, side="right") - 1
+    segment = table.data[0].searchsorted(index, side="right") - 1
     rep = table.data[:, segment]
     _apply(rep, index - rep[0], out)

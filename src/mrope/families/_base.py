@@ -13,6 +13,7 @@ import numpy as np
 
 from .._backends import to_grid_array, to_int_array, to_numpy
 from .._errors import MRopeError
+from ..core.blocks import empty_blocks
 from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_all
 from ..core.place import check_compat
 
@@ -124,17 +125,15 @@ class Family:
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids
-        bad = np.flatnonzero((grids <= 0).any(axis=1))
-        if bad.size:
-            i = int(bad[0])
-            raise MRopeError(f"{name}[{i}] = {tuple(int(g) for g in grids[i])}: every grid value must be > 0")
         merge = self.spatial_merge_size
-        bad = np.flatnonzero((grids[:, 1:] % merge != 0).any(axis=1))
-        if bad.size:
-            i = int(bad[0])
+        if grids.min() <= 0:
+            i = int((grids <= 0).any(axis=1).argmax())
+            raise MRopeError(f"{name}[{i}] = {tuple(int(g) for g in grids[i])}: every grid value must be > 0")
+        if merge > 1 and (grids[:, 1:] % merge).any():
+            i = int((grids[:, 1:] % merge).any(axis=1).argmax())
             t, h, w = (int(g) for g in grids[i])
-            axis = "H" if h % merge else "W"
-            raise MRopeError(f"{name}[{i}] = {(t, h, w)}: {axis}={h if axis == 'H' else w} is not divisible by "
+            axis, value = ("H", h) if h % merge else ("W", w)
+            raise MRopeError(f"{name}[{i}] = {(t, h, w)}: {axis}={value} is not divisible by "
                              f"spatial_merge_size {merge}")
         return grids
 
@@ -163,8 +162,11 @@ class Family:
         """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
         ``T*H*W / merge**2`` placeholder tokens. ``frame_of`` (from :func:`split_frames`) says, for
         grids split into frames, which video and frame each item is, for error messages."""
+        if grids.shape[0] == 0 and placeholder_index.size == 0:
+            return empty_blocks()
         merge = self.spatial_merge_size
         frames, height, width = grids[:, 0], grids[:, 1] // merge, grids[:, 2] // merge
+        num_tokens = frames * height * width
 
         def describe(i: int) -> str:
             if frame_of is None:
@@ -172,10 +174,11 @@ class Family:
             video, frame = (int(v) for v in frame_of[i])
             return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {tuple(int(g) for g in grids[i, 1:])})"
 
-        start = locate_items(placeholder_index, frames * height * width, row_offsets, what=what,
-                             grid_name=grid_name, describe=describe)
-        interval = np.broadcast_to(np.asarray(interval, dtype=np.float32), start.shape)
-        return Blocks(start, frames, height, width, interval)
+        start = locate_items(placeholder_index, num_tokens, row_offsets, what=what, grid_name=grid_name,
+                             describe=describe)
+        if not isinstance(interval, np.ndarray):
+            interval = np.full(start.shape, interval, dtype=np.float32)
+        return Blocks(start, frames, height, width, interval, num_tokens)
 
 
 def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

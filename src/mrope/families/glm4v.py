@@ -18,7 +18,7 @@ class Glm4V(Family):
         return self.model_type != "glm4v"
 
     def parse(self, ids, row_offsets, images, videos, second_per_grid_ts) -> Blocks:
-        placeholder = np.flatnonzero(ids == self.image_token_id)
+        placeholder = (ids == self.image_token_id).nonzero()[0]
         # inside a video: more video starts than ends so far in the row
         depth = np.cumsum((ids == self.video_start_token_id).astype(np.int64)
                           - (ids == self.video_end_token_id))

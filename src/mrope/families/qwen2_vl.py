@@ -14,9 +14,9 @@ class Qwen2VL(Family):
 
     def parse(self, ids, row_offsets, images, videos, second_per_grid_ts) -> Blocks:
         return Blocks.concat([
-            self.vision_blocks(np.flatnonzero(ids == self.image_token_id), images, row_offsets,
+            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_offsets,
                                what="image", grid_name="image_grid_thw"),
-            self.vision_blocks(np.flatnonzero(ids == self.video_token_id), videos, row_offsets,
+            self.vision_blocks((ids == self.video_token_id).nonzero()[0], videos, row_offsets,
                                what="video", grid_name="video_grid_thw",
                                interval=self.video_interval(second_per_grid_ts, len(videos))),
         ])

@@ -16,8 +16,8 @@ class Qwen3VL(Family):
     def parse(self, ids, row_offsets, images, videos, second_per_grid_ts) -> Blocks:
         frames, frame_of = split_frames(videos)
         return Blocks.concat([
-            self.vision_blocks(np.flatnonzero(ids == self.image_token_id), images, row_offsets,
+            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_offsets,
                                what="image", grid_name="image_grid_thw"),
-            self.vision_blocks(np.flatnonzero(ids == self.video_token_id), frames, row_offsets,
+            self.vision_blocks((ids == self.video_token_id).nonzero()[0], frames, row_offsets,
                                what="video", grid_name="video_grid_thw", frame_of=frame_of),
         ])
