@@ -49,26 +49,40 @@ def get_rope_index(
         family = from_config(config, compat=compat or "vllm")
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
+    row_starts = np.arange(batch, dtype=np.int64) * length
     if attention_mask is None:
-        stream = ids.reshape(-1)
-        row_offsets = np.arange(batch + 1, dtype=np.int64) * length
-        mask = None
+        stream, row_lengths, mask = ids.reshape(-1), np.full(batch, length, dtype=np.int64), None
     else:
-        mask = to_numpy(attention_mask, name="attention_mask")
-        if mask.shape != ids.shape:
-            raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {tuple(ids.shape)}")
-        if mask.dtype.kind not in "biu":
-            raise MRopeError(f"attention_mask must hold 0/1 integers or bools, got dtype {mask.dtype}")
-        mask = mask.astype(bool, copy=False)
-        stream = ids[mask]
-        row_offsets = np.zeros(batch + 1, dtype=np.int64)
-        np.cumsum(mask.sum(axis=1), out=row_offsets[1:])
-    placed = family.place_stream(stream, row_offsets, image_grid_thw, video_grid_thw, second_per_grid_ts)
-    table = build_segments(placed)
+        mask = _check_mask(attention_mask, ids.shape)
+        row_lengths = mask.sum(axis=1)
+        first = mask.argmax(axis=1)
+        contiguous = bool((mask[:, ::-1].argmax(axis=1) + first + row_lengths == length)[row_lengths > 0].all())
+        if contiguous:  # left or right padding: rows stay in place, padding is blanked and zeroed
+            row_starts += first
+            stream = np.where(mask, ids, -1).reshape(-1)
+        else:  # arbitrary holes: lay the real tokens of every row end to end
+            stream = ids[mask]
+            row_starts[1:] = row_lengths.cumsum()[:-1]
+            row_starts[0] = 0
+    placed = family.place_stream(stream, row_starts, row_lengths, image_grid_thw, video_grid_thw,
+                                 second_per_grid_ts)
+    table = build_segments(placed, stream.size)
     if mask is None:
         position_ids = render_all(table).reshape(3, batch, length)
+    elif stream.size == mask.size:
+        position_ids = render_all(table).reshape(3, batch, length)
+        position_ids *= mask
     else:
         position_ids = np.zeros((3, batch, length), dtype=np.int64)
         position_ids[:, mask] = render_all(table)
     deltas = placed.delta.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)
+
+
+def _check_mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:
+    mask = to_numpy(attention_mask, name="attention_mask")
+    if mask.shape != shape:
+        raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {tuple(shape)}")
+    if mask.dtype.kind not in "biu":
+        raise MRopeError(f"attention_mask must hold 0/1 integers or bools, got dtype {mask.dtype}")
+    return mask.astype(bool, copy=False)

@@ -54,7 +54,8 @@ def empty_blocks() -> Blocks:
 def locate_items(
     placeholder_index: np.ndarray,
     tokens_per_item: np.ndarray,
-    row_offsets: np.ndarray,
+    row_starts: np.ndarray,
+    row_lengths: np.ndarray,
     *,
     what: str,
     grid_name: str,
@@ -64,7 +65,7 @@ def locate_items(
 
     ``placeholder_index`` holds the (sorted) stream indices of every placeholder token of one
     modality; item ``i`` owns the next ``tokens_per_item[i]`` of them, which must be consecutive in
-    the stream and lie in one row. Raises :class:`MRopeError` naming the item (``describe(i)``)
+    the stream and lie in one row (rows: ``[row_starts[r], row_starts[r] + row_lengths[r])``). Raises :class:`MRopeError` naming the item (``describe(i)``)
     otherwise.
     """
     needed = int(tokens_per_item.sum())
@@ -83,19 +84,19 @@ def locate_items(
     start = placeholder_index[first]
     end = placeholder_index[last - 1]
     broken = end - start + 1 != tokens_per_item
-    row_of_start = row_offsets.searchsorted(start, side="right")
-    if row_offsets.size > 2:  # one row cannot be crossed; several rows lie end to end in the stream
-        broken |= row_offsets.searchsorted(end, side="right") != row_of_start
+    row = row_starts.searchsorted(start, side="right") - 1
+    if row_starts.size > 1:  # items of several rows: none may cross a row's end
+        broken |= end >= row_starts[row] + row_lengths[row]
     if broken.any():
         i = int(np.flatnonzero(broken)[0])
         s = int(start[i])
         run = placeholder_index[first[i] : last[i]]
         gap = np.flatnonzero(np.diff(run) != 1)
         run_len = int(gap[0]) + 1 if gap.size else run.size
-        row = int(row_of_start[i]) - 1
+        r = int(row[i])
         raise MRopeError(
             f"{describe(i)} needs {int(tokens_per_item[i])} "
-            f"consecutive placeholder tokens in one row from stream index {s - int(row_offsets[row])} of row "
-            f"{row}, found a run of {run_len}"
+            f"consecutive placeholder tokens in one row from index {s - int(row_starts[r])} of row "
+            f"{r}, found a run of {run_len}"
         )
     return start

@@ -33,7 +33,7 @@ class Placed:
     blocks: Blocks
     base: np.ndarray  # (num_blocks,) int64, position of the block's (t=0, h=0, w=0) corner
     next_base: np.ndarray  # (num_blocks,) int64, base of the text that follows the block
-    row_offsets: np.ndarray  # (num_rows + 1,) int64, stream index where each row starts
+    row_starts: np.ndarray  # (num_rows,) int64, stream index where each row starts (ascending)
     delta: np.ndarray  # (num_rows,) int64
 
 
@@ -42,25 +42,31 @@ def temporal_index(frame: np.ndarray, interval: np.ndarray) -> np.ndarray:
     return (frame.astype(np.float32) * interval).astype(np.int64)
 
 
-def place(blocks: Blocks, row_offsets: np.ndarray, compat: str) -> Placed:
-    """Bases of every block and delta of every row, in one scan over blocks (not tokens)."""
+def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str) -> Placed:
+    """Bases of every block and delta of every row, in one scan over blocks (not tokens).
+
+    Rows are ranges ``[row_starts[r], row_starts[r] + row_lengths[r])`` of the stream, in order and
+    disjoint; the stream may hold tokens outside every row (padding).
+    """
     start = blocks.start
     if start.size == 0:
-        return Placed(blocks, start, start, row_offsets, np.zeros(row_offsets.size - 1, dtype=np.int64))
+        return Placed(blocks, start, start, row_starts, np.zeros(row_starts.size, dtype=np.int64))
     hw_extent = np.maximum(blocks.height, blocks.width)
     # how far a block reaches past its base on any axis (scaled time may reach past h and w)
     extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval) + 1, hw_extent)
     advance = extent if compat == "vllm" else hw_extent
     shift = np.zeros(start.size + 1, dtype=np.int64)
     np.cumsum(advance - blocks.num_tokens, out=shift[1:])
-    row = row_offsets.searchsorted(start, side="right") - 1
-    first_block = start.searchsorted(row_offsets)  # index of each row's first block; last entry = n
+    row = row_starts.searchsorted(start, side="right") - 1
+    first_block = np.empty(row_starts.size + 1, dtype=np.int64)  # index of each row's first block
+    first_block[:-1] = start.searchsorted(row_starts)
+    first_block[-1] = start.size
     shift_before_row = shift[first_block]
-    base = start - row_offsets[row] + shift[:-1] - shift_before_row[row]
+    base = start - row_starts[row] + shift[:-1] - shift_before_row[row]
     next_base = base + advance
     delta = shift_before_row[1:] - shift_before_row[:-1]  # text resumes after each block: the row's end
     if compat != "vllm":  # a block may reach past the row's last text position
-        row_last = row_offsets[1:] - row_offsets[:-1] + delta - 1
+        row_last = row_lengths + delta - 1
         np.maximum.at(row_last, row, base + extent - 1)
-        delta = row_last + 1 - (row_offsets[1:] - row_offsets[:-1])
-    return Placed(blocks, base, next_base, row_offsets, delta)
+        delta = row_last + 1 - row_lengths
+    return Placed(blocks, base, next_base, row_starts, delta)

@@ -11,6 +11,7 @@ Both come from one formula, so rendering is a handful of numpy calls whatever th
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,11 +41,14 @@ class SegmentTable:
         return self.data.shape[1]
 
 
-def build_segments(placed: Placed) -> SegmentTable:
-    """The segment table of placed blocks: one text segment per row start and per block end
-    (possibly empty), one segment per video frame."""
+def build_segments(placed: Placed, length: int) -> SegmentTable:
+    """The segment table of placed blocks in a stream of ``length`` tokens: one text segment per row
+    start and per block end (possibly empty), one segment per video frame.
+
+    The first row's text segment is extended back to index 0 so that the table covers the stream;
+    tokens outside every row (padding) get meaningless positions that the caller masks."""
     blocks = placed.blocks
-    row_starts = placed.row_offsets[:-1]
+    row_starts = placed.row_starts
     num_rows, n = row_starts.size, blocks.start.size
     frames = blocks.frames
     num_frames = int(frames.sum())
@@ -63,6 +67,8 @@ def build_segments(placed: Placed) -> SegmentTable:
     data = np.empty((5, num_text + num_frames), dtype=np.int64)
     data[:, :num_rows] = [[0], [0], [0], [1], [1]]
     data[0, :num_rows] = row_starts
+    data[0, 0] = 0
+    data[1:3, 0] = -row_starts[0]
     text = data[:, num_rows:num_text]
     text[0] = blocks.start + blocks.num_tokens
     text[1] = text[2] = placed.next_base
@@ -73,33 +79,66 @@ def build_segments(placed: Placed) -> SegmentTable:
     frame_data[2] = frame_base
     frame_data[3] = frame_width
     frame_data[4] = 0
-    # empty text segments sort before the frame that starts at the same index
-    order = (data[0] * 2 - data[4]).argsort(kind="stable")
-    return SegmentTable(data.take(order, axis=1), int(placed.row_offsets[-1]))
+    # at one index: a block's (empty) trailing text, then the next row's start, then a frame
+    rank = np.full(data.shape[1], 2, dtype=np.int64)
+    rank[:num_rows] = 1
+    rank[num_rows:num_text] = 0
+    order = (data[0] * 3 + rank).argsort(kind="stable")
+    return SegmentTable(data.take(order, axis=1), length)
 
 
-def _apply(rep: np.ndarray, offset: np.ndarray, out: np.ndarray) -> None:
-    """Write positions of tokens whose segment fields are ``rep`` (5, N) and offsets ``offset``."""
-    q, r = np.divmod(offset, rep[3])
-    offset *= rep[4]
-    np.add(rep[1], offset, out=out[0])
-    np.add(rep[2], q, out=out[1])
-    np.add(rep[2], r, out=out[2])
-    out[2] += offset
+class _Workspace(threading.local):
+    """Per-thread scratch rows reused across calls: large temporaries allocated per call make the
+    allocator map and unmap memory, and the page faults cost more than the arithmetic."""
+
+    def __init__(self) -> None:
+        self.rows = np.empty((6, 0), dtype=np.int64)
+        self.arange = np.arange(0, dtype=np.int64)
+
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.rows.shape[1] < n:
+            self.rows = np.empty((6, n), dtype=np.int64)
+            self.arange = np.arange(n, dtype=np.int64)
+        return self.rows[:, :n], self.arange[:n]
+
+
+_workspace = _Workspace()
+_CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
 
 
 def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray:
-    """Positions (3, length) of every token of the stream, int64."""
+    """Positions (3, length) of every token of the stream, int64, into ``out`` if given."""
     data = table.data
-    lengths = np.empty(data.shape[1], dtype=np.int64)
-    np.subtract(data[0, 1:], data[0, :-1], out=lengths[:-1])
-    lengths[-1] = table.length - data[0, -1]
-    rep = data.repeat(lengths, axis=1)
+    starts = data[0]
     if out is None:
         out = np.empty((3, table.length), dtype=np.int64)
-    offset = np.arange(table.length, dtype=np.int64)
-    offset -= rep[0]
-    _apply(rep, offset, out)
+    nonempty = np.empty(starts.size, dtype=bool)
+    np.less(starts[:-1], starts[1:], out=nonempty[:-1])
+    nonempty[-1] = starts[-1] < table.length
+    data = data[:, nonempty]  # drop empty segments: each token's segment is then a running count
+    starts = data[0]
+    for begin in range(0, table.length, _CHUNK):
+        end = min(begin + _CHUNK, table.length)
+        rows, arange = _workspace.get(end - begin)
+        segment, start, t0, hw0, width, is_text = rows
+        first, last = starts.searchsorted([begin, end], side="right") - 1
+        segment.fill(0)
+        segment[starts[first + 1 : last + 1] - begin] = 1
+        segment[0] = first
+        np.cumsum(segment, out=segment)
+        for field, row in zip(data, (start, t0, hw0, width, is_text)):
+            field.take(segment, out=row, mode="clip")  # "clip": no buffering (indices are valid)
+        offset = start
+        if begin:
+            start -= begin
+        np.subtract(arange, start, out=offset)
+        np.divmod(offset, width, out=(segment, width))  # h offset, w offset
+        offset *= is_text
+        chunk = out[:, begin:end]
+        np.add(t0, offset, out=chunk[0])
+        np.add(hw0, segment, out=chunk[1])
+        np.add(hw0, width, out=chunk[2])
+        chunk[2] += offset
     return out
 
 
@@ -107,4 +146,10 @@ def render(table: SegmentTable, index: np.ndarray, out: np.ndarray) -> None:
     """Positions of arbitrary stream indices (``index`` (N,) int64) into ``out`` (3, N)."""
     segment = table.data[0].searchsorted(index, side="right") - 1
     rep = table.data[:, segment]
-    _apply(rep, index - rep[0], out)
+    offset = index - rep[0]
+    q, r = np.divmod(offset, rep[3])
+    offset *= rep[4]
+    np.add(rep[1], offset, out=out[0])
+    np.add(rep[2], q, out=out[1])
+    np.add(rep[2], r, out=out[2])
+    out[2] += offset

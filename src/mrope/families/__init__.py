@@ -7,13 +7,24 @@ from typing import Any
 
 from .._errors import MRopeError
 from ._base import Family
+from .cohere_compass import CohereCompass
+from .cosmos3 import Cosmos3
+from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
+from .glm46v import Glm46V
+from .paddleocr_vl import PaddleOCRVL
 from .qwen2_5_vl import Qwen2_5_VL
 from .qwen2_vl import Qwen2VL
+from .qwen3_5 import Qwen3_5
 from .qwen3_vl import Qwen3VL
 
-FAMILIES: tuple[type[Family], ...] = (Qwen2VL, Qwen2_5_VL, Qwen3VL, Glm4V)
+FAMILIES: tuple[type[Family], ...] = (
+    Qwen2VL, Qwen2_5_VL, Qwen3VL, Glm4V,
+    Qwen3_5, Cosmos3, CohereCompass, PaddleOCRVL, Glm46V, Ernie4_5_VL,
+)
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
+# sub-configs that from_config descends into, in order, when the config has them
+NESTED_CONFIGS = ("thinker_config",)
 
 
 def supported_model_types() -> list[str]:
@@ -35,7 +46,8 @@ def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Famil
 
     Parameters
     ----------
-    config : transformers ``PretrainedConfig`` or its ``to_dict()``
+    config : transformers ``PretrainedConfig`` or its ``to_dict()``; a config that nests a
+        ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni) is read from its thinker.
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
         (see the README's conventions).
     **overrides : settings that win over the config's (e.g. ``tokens_per_second=2``).
@@ -47,6 +59,9 @@ def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Famil
         an override the family does not take.
     """
     cfg = config_to_dict(config)
+    for key in NESTED_CONFIGS:  # Omni: the thinker holds the token ids and the position rule
+        if isinstance(cfg.get(key), Mapping):
+            cfg = dict(cfg[key])
     model_type = cfg.get("model_type")
     cls = REGISTRY.get(model_type)
     if cls is None:

@@ -65,27 +65,31 @@ class Family:
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}, {shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
-    def parse(self, ids: np.ndarray, row_offsets: np.ndarray, images: np.ndarray, videos: np.ndarray,
+    def parse(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray, images: np.ndarray, videos: np.ndarray,
               second_per_grid_ts: np.ndarray | None) -> Blocks:
-        """Vision blocks of the stream ``ids`` (rows laid end to end at ``row_offsets``)."""
+        """Vision blocks of the stream ``ids`` (see :meth:`place_stream` for the rows)."""
         raise NotImplementedError
 
     # -- shared pipeline ----------------------------------------------------------------------------
-    def place_stream(self, ids: np.ndarray, row_offsets: np.ndarray, image_grid_thw: Any, video_grid_thw: Any,
-                     second_per_grid_ts: Any) -> Placed:
-        """Check the grids, parse the stream and place its blocks."""
+    def place_stream(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
+                     image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any) -> Placed:
+        """Check the grids, parse the stream and place its blocks.
+
+        Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
+        be placeholders (the batch API blanks padding to -1)."""
         images = self.check_grids(image_grid_thw, "image_grid_thw")
         videos = self.check_grids(video_grid_thw, "video_grid_thw")
         seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
-        return place(self.parse(ids, row_offsets, images, videos, seconds), row_offsets, self.compat)
+        blocks = self.parse(ids, row_starts, row_lengths, images, videos, seconds)
+        return place(blocks, row_starts, row_lengths, self.compat)
 
     def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
                  second_per_grid_ts: Any = None) -> tuple[SegmentTable, int]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving."""
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        row_offsets = np.array([0, ids.size], dtype=np.int64)
-        placed = self.place_stream(ids, row_offsets, image_grid_thw, video_grid_thw, second_per_grid_ts)
-        return build_segments(placed), int(placed.delta[0])
+        rows = np.array([0, ids.size], dtype=np.int64)
+        placed = self.place_stream(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts)
+        return build_segments(placed, ids.size), int(placed.delta[0])
 
     def positions(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
                   second_per_grid_ts: Any = None) -> tuple[np.ndarray, int]:
@@ -156,7 +160,7 @@ class Family:
         return arr
 
     # -- helpers for parsers ------------------------------------------------------------------------
-    def vision_blocks(self, placeholder_index: np.ndarray, grids: np.ndarray, row_offsets: np.ndarray, *,
+    def vision_blocks(self, placeholder_index: np.ndarray, grids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray, *,
                       what: str, grid_name: str, interval: np.ndarray | float = 1.0,
                       frame_of: np.ndarray | None = None) -> Blocks:
         """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
@@ -174,7 +178,7 @@ class Family:
             video, frame = (int(v) for v in frame_of[i])
             return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {tuple(int(g) for g in grids[i, 1:])})"
 
-        start = locate_items(placeholder_index, num_tokens, row_offsets, what=what, grid_name=grid_name,
+        start = locate_items(placeholder_index, num_tokens, row_starts, row_lengths, what=what, grid_name=grid_name,
                              describe=describe)
         if not isinstance(interval, np.ndarray):
             interval = np.full(start.shape, interval, dtype=np.float32)

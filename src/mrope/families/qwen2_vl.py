@@ -12,11 +12,11 @@ class Qwen2VL(Family):
     model_types = ("qwen2_vl",)
     settings = {"image_token_id": None, "video_token_id": None, "spatial_merge_size": None}
 
-    def parse(self, ids, row_offsets, images, videos, second_per_grid_ts) -> Blocks:
+    def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
         return Blocks.concat([
-            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_offsets,
+            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_starts, row_lengths,
                                what="image", grid_name="image_grid_thw"),
-            self.vision_blocks((ids == self.video_token_id).nonzero()[0], videos, row_offsets,
+            self.vision_blocks((ids == self.video_token_id).nonzero()[0], videos, row_starts, row_lengths,
                                what="video", grid_name="video_grid_thw",
                                interval=self.video_interval(second_per_grid_ts, len(videos))),
         ])
