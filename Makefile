@@ -32,5 +32,8 @@ bench: venv
 bench-prefill: venv
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json
 
+bench-rotary: venv
+	$(BIN)/mrope bench rotary --json bench-results/rotary.json
+
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

@@ -7,5 +7,15 @@ from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
 from .families import from_config, supported_model_types
 
-__all__ = ["MRopeError", "from_config", "get_rope_index", "supported_model_types"]
+__all__ = ["MRopeError", "MRotaryEmbedding", "from_config", "get_rope_index", "supported_model_types"]
 __version__ = "0.1.0"
+
+_LAZY = {"MRotaryEmbedding": "rotary"}  # names whose modules import torch: loaded on first use
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'mrope' has no attribute {name!r}")

@@ -1,0 +1,573 @@
+"""Applying M-RoPE to query and key: the float32 cos/sin cache, the native torch path and the module.
+
+Every family rotates ``rotary_dim`` leading channels of each head with ``rotary_dim // 2`` frequencies;
+frequency ``j`` takes its angle from one of the three position rows (t, h, w). Which row is the
+*layout*:
+
+``"chunked"`` (Qwen2-VL, Qwen2.5-VL, Qwen2.5-Omni, PaddleOCR-VL, GLM-4.1V/4.5V, GLM-OCR)
+    ``mrope_section = (t, h, w)``: the first ``t`` frequencies from the t row, the next ``h`` from h, the
+    rest from w.
+``"interleaved"`` (Qwen3-VL, Qwen3-VL-MoE, Qwen3-Omni, Qwen3.5)
+    ``mrope_section = (t, h, w)``: frequency ``j`` takes h if ``j % 3 == 1 and j < 3 * h``, w if
+    ``j % 3 == 2 and j < 3 * w``, else t.
+``"ernie"`` (Ernie-4.5-VL)
+    ``mrope_section = (h, w, t)`` as Ernie's config stores it: the first ``h + w`` frequencies alternate
+    h (even ``j``) and w (odd ``j``), the rest take t.
+
+``is_neox_style`` picks the channel pairs: NeoX pairs ``(i, i + rotary_dim // 2)``, or GPT-J pairs
+``(2i, 2i + 1)`` (GLM-4.1V, GLM-OCR, Ernie). Channels past ``rotary_dim`` pass through.
+
+The arithmetic is float32 and rounds once to the input dtype; the cache is built exactly as
+transformers builds its angles, so float32 results match transformers to the last bit or two.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._errors import MRopeError
+
+LAYOUTS = ("chunked", "interleaved", "ernie")
+BACKENDS = ("auto", "native", "triton")
+
+
+@functools.lru_cache(maxsize=128)
+def section_rows(layout: str, mrope_section: tuple[int, int, int]) -> tuple[int, ...]:
+    """The position row (0 t, 1 h, 2 w) each of the ``sum(mrope_section)`` frequencies takes.
+
+    Parameters
+    ----------
+    layout : str
+        ``"chunked"``, ``"interleaved"`` or ``"ernie"`` (see the module docstring).
+    mrope_section : tuple of 3 int
+        ``(t, h, w)`` for chunked and interleaved, ``(h, w, t)`` for ernie.
+
+    Returns
+    -------
+    tuple of int
+        Length ``sum(mrope_section)``; each count of 0, 1 and 2 equals its section.
+
+    Raises
+    ------
+    MRopeError
+        Unknown layout, or sections that the layout cannot realise (ernie needs ``h == w``).
+    """
+    if layout not in LAYOUTS:
+        raise MRopeError(f"layout {layout!r} is not one of {LAYOUTS}")
+    half = sum(mrope_section)
+    if layout == "chunked":
+        t, h, _ = mrope_section
+        rows = tuple(0 if j < t else 1 if j < t + h else 2 for j in range(half))
+        sizes = {0: mrope_section[0], 1: mrope_section[1], 2: mrope_section[2]}
+    elif layout == "interleaved":
+        _, h, w = mrope_section
+        rows = tuple(
+            1 if j % 3 == 1 and j < 3 * h else 2 if j % 3 == 2 and j < 3 * w else 0 for j in range(half)
+        )
+        sizes = {0: mrope_section[0], 1: mrope_section[1], 2: mrope_section[2]}
+    else:
+        h, w, _ = mrope_section
+        rows = tuple((1 if j % 2 == 0 else 2) if j < h + w else 0 for j in range(half))
+        sizes = {1: mrope_section[0], 2: mrope_section[1], 0: mrope_section[2]}
+    counts = {r: rows.count(r) for r in (0, 1, 2)}
+    if counts != sizes:
+        raise MRopeError(
+            f"mrope_section {list(mrope_section)} cannot be laid out {layout!r}: the layout gives "
+            f"t/h/w counts {counts[0]}/{counts[1]}/{counts[2]}, expected {sizes[0]}/{sizes[1]}/{sizes[2]}"
+        )
+    return rows
+
+
+def build_cos_sin_cache(max_position: int, rotary_dim: int, base: float) -> torch.Tensor:
+    """The float32 ``[cos | sin]`` table of every integer position, as transformers computes it.
+
+    ``inv_freq = 1 / base ** (arange(0, rotary_dim, 2) / rotary_dim)`` and the angle
+    ``position.float() * inv_freq``, both in float32 torch arithmetic.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(max_position, rotary_dim)``, float32, CPU: ``cos`` in the first ``rotary_dim // 2``
+        columns, ``sin`` in the rest.
+    """
+    inv_freq = _inv_freq(rotary_dim, base)
+    freqs = torch.arange(max_position, dtype=torch.int64).float()[:, None] * inv_freq[None, :]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).contiguous()
+
+
+def _inv_freq(rotary_dim: int, base: float) -> torch.Tensor:
+    return 1.0 / (float(base) ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
+
+
+class MRotaryEmbedding(nn.Module):
+    """Multimodal rotary position embedding, applied to query and key in place.
+
+    Parameters
+    ----------
+    head_size : int
+        Channels per head (``head_dim``).
+    rotary_dim : int
+        Leading channels of each head that rotate; even, ``<= head_size``. The tail passes through.
+    max_position : int
+        Number of positions in the cos/sin cache; positions must lie in ``[0, max_position)``.
+    base : float
+        RoPE base (``rope_theta``).
+    mrope_section : sequence of 3 int
+        Frequencies per position row, summing to ``rotary_dim // 2``; ``(t, h, w)`` except for
+        ``layout="ernie"``, which takes ``(h, w, t)`` as Ernie's config stores it.
+    layout : {"chunked", "interleaved", "ernie"}, default "chunked"
+        Which frequencies take which row (see :mod:`mrope.rotary`).
+    is_neox_style : bool, default True
+        NeoX channel pairs ``(i, i + rotary_dim // 2)``; ``False`` for GPT-J pairs ``(2i, 2i + 1)``.
+    dtype : torch.dtype, default torch.bfloat16
+        The dtype of query and key this module rotates; the cache and the arithmetic stay float32.
+    backend : {"auto", "native", "triton"}, default "auto"
+        ``"auto"`` runs the fused Triton kernel for CUDA tensors with integer positions when triton is
+        installed, else the native torch path. ``"triton"`` forces the kernel (CPU works under
+        ``TRITON_INTERPRET=1``); floating positions always take the native path.
+    check_positions : bool, default True
+        Check that positions lie in the cache (one device synchronisation on CUDA). Without the check,
+        the kernel clamps out-of-range positions instead of reading outside the cache.
+
+    Attributes
+    ----------
+    cos_sin_cache : torch.Tensor
+        Shape ``(max_position, rotary_dim)``, float32 buffer (not persistent): ``[cos | sin]``.
+    freq_rows : torch.Tensor
+        Shape ``(rotary_dim // 2,)``, int64 buffer: the position row of each frequency.
+
+    Examples
+    --------
+    >>> rope = MRotaryEmbedding(128, 128, 4096, 1e6, [16, 24, 24], dtype=torch.float32)
+    >>> q, k = torch.randn(5, 28 * 128), torch.randn(5, 4 * 128)
+    >>> q, k = rope(torch.arange(15).view(3, 5), q, k)
+    >>> q.shape, k.shape
+    (torch.Size([5, 3584]), torch.Size([5, 512]))
+    """
+
+    def __init__(
+        self,
+        head_size: int,
+        rotary_dim: int,
+        max_position: int,
+        base: float,
+        mrope_section: Sequence[int],
+        *,
+        layout: str = "chunked",
+        is_neox_style: bool = True,
+        dtype: torch.dtype = torch.bfloat16,
+        backend: str = "auto",
+        check_positions: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("head_size", head_size),
+            ("rotary_dim", rotary_dim),
+            ("max_position", max_position),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise MRopeError(f"{name} must be a positive int, got {value!r}")
+        if rotary_dim % 2 or rotary_dim > head_size:
+            raise MRopeError(f"rotary_dim {rotary_dim} must be even and at most head_size {head_size}")
+        if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 1:
+            raise MRopeError(f"base (rope_theta) must be a number > 1, got {base!r}")
+        section = tuple(mrope_section)
+        if len(section) != 3 or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in section):
+            raise MRopeError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
+        if sum(section) != rotary_dim // 2:
+            raise MRopeError(
+                f"mrope_section {list(section)} sums to {sum(section)}, "
+                f"expected rotary_dim // 2 = {rotary_dim // 2}"
+            )
+        rows = section_rows(layout, section)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise MRopeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        if backend not in BACKENDS:
+            raise MRopeError(f"backend {backend!r} is not one of {BACKENDS}")
+        self.head_size = head_size
+        self.rotary_dim = rotary_dim
+        self.max_position = max_position
+        self.base = float(base)
+        self.mrope_section = section
+        self.layout = layout
+        self.is_neox_style = bool(is_neox_style)
+        self.dtype = dtype
+        self.backend = backend
+        self.check_positions = bool(check_positions)
+        self.register_buffer(
+            "cos_sin_cache", build_cos_sin_cache(max_position, rotary_dim, base), persistent=False
+        )
+        self.register_buffer("inv_freq", _inv_freq(rotary_dim, base), persistent=False)
+        self.register_buffer("freq_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, max_position={self.max_position}, "
+            f"base={self.base}, mrope_section={list(self.mrope_section)}, layout={self.layout!r}, "
+            f"is_neox_style={self.is_neox_style}, dtype={self.dtype}, backend={self.backend!r}"
+        )
+
+    def _apply(self, fn, recurse=True):  # keep the cache float32 through .to(dtype) / .half()
+        super()._apply(fn, recurse)
+        for name in ("cos_sin_cache", "inv_freq"):
+            buf = getattr(self, name)
+            if buf.dtype != torch.float32:
+                setattr(self, name, buf.float())
+        return self
+
+    def forward(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``query`` and ``key`` in place and return them.
+
+        Parameters
+        ----------
+        positions : torch.Tensor
+            Shape ``(3, num_tokens)`` (rows t, h, w) or ``(num_tokens,)`` for text and decode tokens
+            (all three rows equal); integer, or float32 for fractional positions (Qwen3-Omni), same
+            device as ``query``.
+        query : torch.Tensor
+            Shape ``(num_tokens, num_q_heads * head_size)`` or ``(num_tokens, num_q_heads, head_size)``,
+            dtype ``self.dtype``; may be a strided view (e.g. into a fused qkv tensor).
+        key : torch.Tensor
+            Shape ``(num_tokens, num_kv_heads * head_size)`` or 3-D like ``query``; same dtype and device.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            ``(query, key)``: the same tensor objects, rotated.
+
+        Raises
+        ------
+        MRopeError
+            Bad shape, dtype or device, or positions outside ``[0, max_position)``; nothing is written.
+
+        See Also
+        --------
+        apply_mrope : the out-of-place, differentiable twin.
+        MRotaryEmbedding.forward_decode : decode tokens from ``seq_lens`` and per-row deltas.
+        """
+        apply_mrope_inplace(self, positions, query, key)
+        return query, key
+
+    def forward_decode(
+        self, seq_lens: torch.Tensor, deltas: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate one decode token per request in place: position ``seq_lens[b] - 1 + deltas[b]`` on all rows.
+
+        Parameters
+        ----------
+        seq_lens : torch.Tensor
+            Shape ``(batch_size,)``, integer: each request's length including the new token.
+        deltas : torch.Tensor
+            Shape ``(batch_size,)`` or ``(batch_size, 1)``, integer (float32 for fractional Qwen3-Omni
+            deltas, which take the native path): each request's M-RoPE delta.
+        query, key : torch.Tensor
+            Shape ``(batch_size, heads * head_size)`` (or 3-D), as in :meth:`forward`.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            ``(query, key)``, the same objects, rotated.
+        """
+        seq_lens, deltas = _check_decode(seq_lens, deltas, query)
+        if self._use_triton(query, deltas):
+            from .ops.mrope_rotary import mrope_rotary_decode_inplace
+
+            _check_qk(self, query, key, seq_lens.shape[0])
+            if self.check_positions:
+                self._check_range(seq_lens - 1 + deltas)
+            mrope_rotary_decode_inplace(self, seq_lens, deltas, query, key)
+            return query, key
+        positions = seq_lens - 1 + deltas
+        apply_mrope_inplace(self, positions, query, key)
+        return query, key
+
+    def _use_triton(self, query: torch.Tensor, positions: torch.Tensor) -> bool:
+        if self.backend == "native" or positions.is_floating_point():
+            return False
+        if self.backend == "triton":
+            return True
+        return query.device.type == "cuda" and _triton_available()
+
+    def _check_range(self, positions: torch.Tensor) -> None:
+        if positions.numel() == 0:
+            return
+        if positions.is_floating_point():
+            lo, hi = float(positions.min()), float(positions.max())
+            ok = lo >= 0 and hi < self.max_position
+        else:
+            lo, hi = (int(v) for v in torch.aminmax(positions))
+            ok = lo >= 0 and hi < self.max_position
+        if not ok:
+            raise MRopeError(
+                f"positions span [{lo}, {hi}], outside the cos/sin cache [0, {self.max_position}); "
+                f"raise max_position (max_position_embeddings) or check the position ids"
+            )
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 cos and sin of every token's frequencies, rows already selected by layout.
+
+        Parameters
+        ----------
+        positions : torch.Tensor
+            Shape ``(3, num_tokens)`` or ``(num_tokens,)``, integer (gathered from the cache) or floating
+            (computed as ``positions.float() * inv_freq``, as transformers does).
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            ``cos, sin``, each shape ``(num_tokens, rotary_dim // 2)``, float32.
+        """
+        half = self.rotary_dim // 2
+        if positions.ndim == 1:
+            positions = positions[None, :]
+            per_freq = positions.expand(half, -1)
+        else:
+            per_freq = positions.index_select(0, self.freq_rows.to(positions.device))
+        per_freq = per_freq.t()  # (num_tokens, half)
+        if positions.is_floating_point():
+            freqs = per_freq.float() * self.inv_freq.to(positions.device)
+            return freqs.cos(), freqs.sin()
+        cache = self.cos_sin_cache.to(positions.device)
+        cols = torch.arange(half, device=positions.device)
+        return cache[per_freq, cols], cache[per_freq, cols + half]
+
+
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_qk(rope: MRotaryEmbedding, query: torch.Tensor, key: torch.Tensor, num_tokens: int) -> None:
+    for name, x in (("query", query), ("key", key)):
+        if not isinstance(x, torch.Tensor):
+            raise MRopeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != rope.dtype:
+            raise MRopeError(f"{name} has dtype {x.dtype}, expected {rope.dtype} (the module's dtype)")
+        if x.ndim == 2:
+            if x.shape[1] % rope.head_size:
+                raise MRopeError(
+                    f"{name} has {x.shape[1]} channels per token, "
+                    f"not a multiple of head_size {rope.head_size}"
+                )
+        elif x.ndim == 3:
+            if x.shape[2] != rope.head_size:
+                raise MRopeError(f"{name} has head size {x.shape[2]}, expected head_size {rope.head_size}")
+        else:
+            raise MRopeError(
+                f"{name} must be (num_tokens, heads * head_size) or 3-D, got shape {tuple(x.shape)}"
+            )
+        if x.shape[0] != num_tokens:
+            raise MRopeError(f"{name} has {x.shape[0]} tokens, positions have {num_tokens}")
+        if x.device != query.device:
+            raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
+
+
+def _check_positions(positions: Any, query: torch.Tensor) -> torch.Tensor:
+    if not isinstance(positions, torch.Tensor):
+        raise MRopeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise MRopeError(f"positions must be integer (or float32 for fractional ids), got {positions.dtype}")
+    if positions.ndim not in (1, 2) or (positions.ndim == 2 and positions.shape[0] != 3):
+        raise MRopeError(
+            f"positions must have shape (3, num_tokens) or (num_tokens,), got {tuple(positions.shape)}"
+        )
+    if isinstance(query, torch.Tensor) and positions.device != query.device:
+        raise MRopeError(f"positions are on {positions.device}, query on {query.device}")
+    return positions
+
+
+def _check_decode(seq_lens: Any, deltas: Any, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    for name, x in (("seq_lens", seq_lens), ("deltas", deltas)):
+        if not isinstance(x, torch.Tensor):
+            raise MRopeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if isinstance(query, torch.Tensor) and x.device != query.device:
+            raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
+    if seq_lens.ndim != 1 or seq_lens.is_floating_point() or seq_lens.dtype == torch.bool:
+        raise MRopeError(
+            f"seq_lens must be a 1-D integer tensor, got shape {tuple(seq_lens.shape)} {seq_lens.dtype}"
+        )
+    if deltas.ndim == 2 and deltas.shape[1] == 1:
+        deltas = deltas[:, 0]
+    if deltas.shape != seq_lens.shape or deltas.dtype == torch.bool:
+        raise MRopeError(
+            f"deltas must have shape ({seq_lens.shape[0]},) like seq_lens, got {tuple(deltas.shape)}"
+        )
+    return seq_lens, deltas
+
+
+def _rotate_native(
+    rope: MRotaryEmbedding, cos_sin: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor
+) -> list:
+    """``(destination view, rotated float32 values)`` pairs for one of query/key; writes nothing."""
+    heads = x.view(x.shape[0], -1, rope.head_size) if x.ndim == 2 else x
+    rot = heads[..., : rope.rotary_dim]
+    if rope.is_neox_style:
+        half = rope.rotary_dim // 2
+        dst1, dst2 = rot[..., :half], rot[..., half:]
+    else:
+        dst1, dst2 = rot[..., 0::2], rot[..., 1::2]
+    compute = torch.promote_types(x.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    cos, sin = (c[:, None, :].to(compute) for c in cos_sin)
+    x1, x2 = dst1.to(compute), dst2.to(compute)
+    return [(dst1, x1 * cos - x2 * sin), (dst2, x2 * cos + x1 * sin)]
+
+
+def apply_mrope_inplace(
+    rope: MRotaryEmbedding, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+) -> None:
+    """Rotate ``query`` and ``key`` in place with ``rope``'s cache and layout; returns ``None``.
+
+    Shapes, dtypes and the backend choice as in :meth:`MRotaryEmbedding.forward`. Validates everything
+    before writing, so a failed call leaves ``query`` and ``key`` unchanged.
+
+    See Also
+    --------
+    apply_mrope : returns new tensors instead.
+    """
+    positions = _check_positions(positions, query)
+    _check_qk(rope, query, key, positions.shape[-1])
+    if rope._use_triton(query, positions):
+        from .ops.mrope_rotary import mrope_rotary_inplace
+
+        if rope.check_positions:
+            rope._check_range(positions)
+        mrope_rotary_inplace(rope, positions, query, key)
+        return
+    rope._check_range(positions)  # the native gather would fault on an out-of-range position
+    cos_sin = rope.cos_sin(positions)
+    writes = _rotate_native(rope, cos_sin, query) + _rotate_native(rope, cos_sin, key)
+    with torch.no_grad():
+        for dst, value in writes:
+            dst.copy_(value)
+
+
+def apply_mrope(
+    rope: MRotaryEmbedding, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return rotated copies of ``query`` and ``key`` (native torch path, differentiable).
+
+    Parameters
+    ----------
+    rope : MRotaryEmbedding
+        Supplies the cache, layout, pairing and dtype.
+    positions, query, key : torch.Tensor
+        As in :meth:`MRotaryEmbedding.forward`; the inputs are not modified.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        New ``(query, key)`` with the input shapes and dtype, contiguous.
+
+    See Also
+    --------
+    apply_mrope_inplace : the in-place twin (fused Triton kernel on CUDA).
+    """
+    positions = _check_positions(positions, query)
+    _check_qk(rope, query, key, positions.shape[-1])
+    rope._check_range(positions)
+    outs, cos_sin = [], rope.cos_sin(positions)
+    for x in (query, key):
+        heads = x.reshape(x.shape[0], -1, rope.head_size)
+        (_, o1), (_, o2) = _rotate_native(rope, cos_sin, heads)
+        rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
+        out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
+        outs.append(out.reshape(x.shape))
+    return outs[0], outs[1]
+
+
+_DEFAULT_SECTIONS = {  # transformers' class defaults, used when a config leaves mrope_section out
+    "qwen2_vl_text": (16, 24, 24),
+    "qwen2_5_vl_text": (16, 24, 24),
+    "qwen2_5_omni_text": (16, 24, 24),
+    "paddleocr_vl_text": (16, 24, 24),
+    "qwen3_vl_text": (24, 20, 20),
+    "qwen3_vl_moe_text": (24, 20, 20),
+    "qwen3_omni_moe_text": (24, 20, 20),
+    "qwen3_5_text": (11, 11, 10),
+    "qwen3_5_moe_text": (11, 11, 10),
+    "glm4v_text": (8, 12, 12),
+    "glm4v_moe_text": (8, 12, 12),
+    "glm_ocr_text": (8, 12, 12),
+    "ernie4_5_vl_moe_text": (22, 22, 20),
+}
+
+
+def rotary_embedding_from_config(
+    text_config: Mapping[str, Any] | Any, *, layout: str, is_neox_style: bool, dtype: torch.dtype
+) -> MRotaryEmbedding:
+    """Build the :class:`MRotaryEmbedding` a transformers text config describes.
+
+    Parameters
+    ----------
+    text_config : dict or transformers config
+        The *text* config (``config.text_config.to_dict()``; Omni: ``thinker_config.text_config``), or
+        a raw ``config.json`` dict of the same level. Reads ``head_dim`` (else ``hidden_size //
+        num_attention_heads``), ``max_position_embeddings``, and from ``rope_parameters`` (5.x), else
+        ``rope_scaling`` plus top-level keys (4.x ``config.json``): ``rope_theta``, ``rope_type``,
+        ``mrope_section`` (else the family default from ``model_type``), ``partial_rotary_factor``.
+    layout : {"chunked", "interleaved", "ernie"}
+    is_neox_style : bool
+    dtype : torch.dtype
+        As in :class:`MRotaryEmbedding`.
+
+    Returns
+    -------
+    MRotaryEmbedding
+
+    Raises
+    ------
+    MRopeError
+        A missing key, a rope type other than default/mrope (scaled RoPE is not M-RoPE here), or a
+        config that contradicts ``layout``.
+    """
+    cfg = text_config.to_dict() if hasattr(text_config, "to_dict") else text_config
+    if not isinstance(cfg, Mapping):
+        raise MRopeError(
+            f"text_config must be a dict or a transformers config, got {type(text_config).__name__}"
+        )
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+
+    def need(key: str, value: Any) -> Any:
+        if value is None:
+            raise MRopeError(f"text config (model_type {cfg.get('model_type')!r}) has no {key}")
+        return value
+
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "mrope"):
+        raise MRopeError(f"rope type {rope_type!r} is not supported; expected 'default' (or legacy 'mrope')")
+    if rope.get("mrope_interleaved") and layout != "interleaved":
+        raise MRopeError(f"config sets mrope_interleaved but layout is {layout!r}")
+    head_size = cfg.get("head_dim") or need("hidden_size", cfg.get("hidden_size")) // need(
+        "num_attention_heads", cfg.get("num_attention_heads")
+    )
+    factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    section = rope.get("mrope_section") or _DEFAULT_SECTIONS.get(cfg.get("model_type", ""))
+    return MRotaryEmbedding(
+        head_size,
+        int(head_size * factor),
+        need("max_position_embeddings", cfg.get("max_position_embeddings")),
+        need("rope_theta", rope.get("rope_theta", cfg.get("rope_theta"))),
+        [int(s) for s in need("mrope_section", section)],
+        layout=layout,
+        is_neox_style=is_neox_style,
+        dtype=dtype,
+    )
+
+
+__all__ = [
+    "LAYOUTS",
+    "MRotaryEmbedding",
+    "apply_mrope",
+    "apply_mrope_inplace",
+    "rotary_embedding_from_config",
+]

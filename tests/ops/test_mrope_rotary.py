@@ -1,0 +1,165 @@
+"""The fused Triton kernel (mrope.ops.mrope_rotary) against the native torch path.
+
+On a machine without a GPU the kernel runs under ``TRITON_INTERPRET=1`` (set in ``conftest.py``
+before triton is imported), so shapes stay tiny; with CUDA the same tests run the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from mrope._errors import MRopeError  # noqa: E402
+from mrope.rotary import MRotaryEmbedding  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "tests/ops/conftest.py must set TRITON_INTERPRET"
+
+# rotary_dim 40 (20 frequencies, not a power of two) inside head_size 48; sections per layout
+SECTIONS = {"chunked": (6, 7, 7), "interleaved": (8, 6, 6), "ernie": (7, 7, 6)}
+# float32: the kernel may contract a product into an FMA, a last-bit difference. bfloat16: both paths
+# round the same float32 value once, so they differ by at most one bf16 ulp (relative 2**-7) where an
+# FMA moves the value across a rounding boundary.
+TOLERANCES = [(torch.float32, 1e-6, 1e-6), (torch.bfloat16, 2**-7, 1e-6)]
+
+
+def _pair(layout, dtype, *, neox=True, head_size=48, rotary_dim=40, max_position=256, **kw):
+    section = SECTIONS[layout] if rotary_dim == 40 else kw.pop("section")
+    make = {
+        "head_size": head_size,
+        "rotary_dim": rotary_dim,
+        "max_position": max_position,
+        "base": 1e4,
+        "mrope_section": section,
+        "layout": layout,
+        "is_neox_style": neox,
+        "dtype": dtype,
+        **kw,
+    }
+    native = MRotaryEmbedding(**make, backend="native").to(DEVICE)
+    triton = MRotaryEmbedding(**make, backend="triton").to(DEVICE)
+    return native, triton
+
+
+def _qk(num_tokens, num_q_heads, num_kv_heads, head_size, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_tokens, num_q_heads * head_size, generator=g).to(dtype).to(DEVICE)
+    k = torch.randn(num_tokens, num_kv_heads * head_size, generator=g).to(dtype).to(DEVICE)
+    return q, k
+
+
+@pytest.mark.parametrize(("dtype", "rtol", "atol"), TOLERANCES)
+@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie"])
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("rows", [3, 1])
+def test_kernel_matches_native(layout, neox, rows, dtype, rtol, atol):
+    native, triton = _pair(layout, dtype, neox=neox)
+    num_tokens = 5
+    positions = torch.randint(0, 256, (3, num_tokens) if rows == 3 else (num_tokens,), device=DEVICE)
+    q, k = _qk(num_tokens, 3, 2, 48, dtype)
+    exp_q, exp_k = native(positions, q.clone(), k.clone())
+    out_q, out_k = triton(positions, q.clone(), k.clone())
+    torch.testing.assert_close(out_q, exp_q, rtol=rtol, atol=atol)
+    torch.testing.assert_close(out_k, exp_k, rtol=rtol, atol=atol)
+    # the tail past rotary_dim passes through bit for bit
+    assert torch.equal(out_q.view(num_tokens, 3, 48)[..., 40:], q.view(num_tokens, 3, 48)[..., 40:])
+
+
+@pytest.mark.parametrize(
+    ("layout", "section", "neox"), [("chunked", (16, 24, 24), True), ("interleaved", (24, 20, 20), True)]
+)
+def test_kernel_checkpoint_heads(layout, section, neox):
+    """Qwen2.5-VL-7B / Qwen3-VL head counts (28 q, 4 kv, head 128: padded to 32 and 4 in the kernel)."""
+    native, triton = _pair(layout, torch.bfloat16, head_size=128, rotary_dim=128, section=section, neox=neox)
+    positions = torch.randint(0, 256, (3, 3), device=DEVICE)
+    q, k = _qk(3, 28, 4, 128, torch.bfloat16, seed=1)
+    exp = native(positions, q.clone(), k.clone())
+    out = triton(positions, q.clone(), k.clone())
+    torch.testing.assert_close(out[0], exp[0], rtol=2**-7, atol=1e-6)
+    torch.testing.assert_close(out[1], exp[1], rtol=2**-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["chunked", "ernie"])
+def test_kernel_in_place_on_fused_qkv_views_and_strided_positions(layout):
+    native, triton = _pair(layout, torch.bfloat16, neox=layout == "chunked")
+    num_tokens = 6
+    qkv = torch.randn(num_tokens, (2 + 1 + 1) * 48).bfloat16().to(DEVICE)
+    before = qkv.clone()
+    q, k = qkv[:, : 2 * 48], qkv[:, 2 * 48 : 3 * 48]
+    buffer = torch.randint(0, 256, (3, num_tokens + 1), device=DEVICE)
+    positions = buffer[:, :num_tokens]  # non-contiguous, as an engine's position buffer slice
+    out_q, out_k = triton(positions, q, k)
+    assert out_q is q and out_k is k
+    exp_q, exp_k = native(positions, before[:, : 2 * 48].clone(), before[:, 2 * 48 : 3 * 48].clone())
+    torch.testing.assert_close(qkv[:, : 2 * 48], exp_q, rtol=2**-7, atol=1e-6)
+    torch.testing.assert_close(qkv[:, 2 * 48 : 3 * 48], exp_k, rtol=2**-7, atol=1e-6)
+    assert torch.equal(qkv[:, 3 * 48 :], before[:, 3 * 48 :])
+
+
+def test_kernel_three_d_and_non_unit_channel_stride():
+    native, triton = _pair("interleaved", torch.float32)
+    positions = torch.randint(0, 256, (3, 4), device=DEVICE)
+    q = torch.randn(2 * 48, 4, device=DEVICE).t()  # channel stride 4: rotated in a copy, written back
+    k = torch.randn(4, 1, 48, device=DEVICE)
+    exp_q, exp_k = native(positions, q.contiguous(), k.clone())
+    out_q, out_k = triton(positions, q, k)
+    assert out_q is q and out_k is k
+    torch.testing.assert_close(q, exp_q, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(k, exp_k, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("delta_dtype", [torch.int64, torch.int32])
+def test_decode_entry_matches_positions(delta_dtype):
+    native, triton = _pair("interleaved", torch.bfloat16)
+    seq_lens = torch.tensor([3, 17, 1, 40], device=DEVICE)
+    deltas = torch.tensor([[-1], [100], [0], [-20]], dtype=delta_dtype, device=DEVICE)
+    q, k = _qk(4, 3, 1, 48, torch.bfloat16)
+    exp = native(seq_lens - 1 + deltas[:, 0], q.clone(), k.clone())
+    out = triton.forward_decode(seq_lens, deltas, q.clone(), k.clone())
+    torch.testing.assert_close(out[0], exp[0], rtol=2**-7, atol=1e-6)
+    torch.testing.assert_close(out[1], exp[1], rtol=2**-7, atol=1e-6)
+
+
+def test_unchecked_out_of_range_positions_are_clamped():
+    native, triton = _pair("chunked", torch.float32, check_positions=False)
+    positions = torch.tensor([[0, 300, 5], [1, -4, 255], [2, 2, 999]], device=DEVICE)
+    q, k = _qk(3, 2, 1, 48, torch.float32)
+    exp = native(positions.clamp(0, 255), q.clone(), k.clone())
+    out = triton(positions, q.clone(), k.clone())
+    torch.testing.assert_close(out[0], exp[0], rtol=1e-6, atol=1e-6)
+
+
+def test_checked_positions_raise_before_launch():
+    _, triton = _pair("chunked", torch.float32)
+    q, k = _qk(2, 2, 1, 48, torch.float32)
+    q0 = q.clone()
+    with pytest.raises(MRopeError, match=r"positions span \[0, 256\]"):
+        triton(torch.tensor([0, 256], device=DEVICE), q, k)
+    with pytest.raises(MRopeError, match=r"positions span \[-1, 2\]"):
+        triton.forward_decode(torch.tensor([1, 2], device=DEVICE), torch.tensor([-1, 1], device=DEVICE), q, k)
+    assert torch.equal(q, q0)
+
+
+def test_empty_batch_is_a_no_op():
+    _, triton = _pair("chunked", torch.bfloat16)
+    q, k = _qk(0, 2, 1, 48, torch.bfloat16)
+    out = triton(torch.zeros(3, 0, dtype=torch.int64, device=DEVICE), q, k)
+    assert out[0].shape == (0, 96)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="auto picks the kernel only for CUDA tensors")
+def test_auto_backend_uses_the_kernel_on_cuda(monkeypatch):
+    import mrope.ops.mrope_rotary as ops
+
+    calls = []
+    original = ops.mrope_rotary_inplace
+    monkeypatch.setattr(ops, "mrope_rotary_inplace", lambda *a: calls.append(1) or original(*a))
+    rope = MRotaryEmbedding(48, 40, 256, 1e4, SECTIONS["chunked"], dtype=torch.bfloat16).to(DEVICE)
+    q, k = _qk(2, 2, 1, 48, torch.bfloat16)
+    rope(torch.zeros(3, 2, dtype=torch.int64, device=DEVICE), q, k)
+    assert calls == [1]

@@ -1,0 +1,348 @@
+"""The native M-RoPE path (mrope.rotary) against each family's rotary code in transformers 5.24."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mrope._errors import MRopeError
+from mrope.rotary import MRotaryEmbedding, apply_mrope, rotary_embedding_from_config, section_rows
+
+transformers = pytest.importorskip("transformers")
+from transformers import CONFIG_MAPPING  # noqa: E402
+
+
+def _rope(theta, section, **extra):
+    return {
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta, "mrope_section": section, **extra}
+    }
+
+
+_QWEN2 = {"hidden_size": 256, "num_attention_heads": 2, **_rope(1e6, [16, 24, 24])}
+_QWEN3 = {"head_dim": 128, "hidden_size": 256, "num_attention_heads": 2, **_rope(5e6, [24, 20, 20])}
+_QWEN35 = {"head_dim": 256, "hidden_size": 512, "num_attention_heads": 2}
+_QWEN35.update(_rope(1e7, [11, 11, 10], partial_rotary_factor=0.25))
+_GLM = {"hidden_size": 256, "num_attention_heads": 2, **_rope(1e4, [8, 12, 12], partial_rotary_factor=0.5)}
+
+# model_type: (modeling module, text rotary class, layout, is_neox_style, checkpoint-like text config)
+FAMILIES = {
+    "qwen2_vl": ("qwen2_vl", "Qwen2VLRotaryEmbedding", "chunked", True, _QWEN2),
+    "qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", "chunked", True, _QWEN2),
+    "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniRotaryEmbedding", "chunked", True, _QWEN2),
+    "paddleocr_vl": (
+        "paddleocr_vl",
+        "PaddleOCRRotaryEmbedding",
+        "chunked",
+        True,
+        {**_QWEN2, **_rope(5e5, [16, 24, 24])},
+    ),
+    "qwen3_vl": ("qwen3_vl", "Qwen3VLTextRotaryEmbedding", "interleaved", True, _QWEN3),
+    "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeTextRotaryEmbedding", "interleaved", True, _QWEN3),
+    "qwen3_omni_moe": (
+        "qwen3_omni_moe",
+        "Qwen3OmniMoeThinkerTextRotaryEmbedding",
+        "interleaved",
+        True,
+        _QWEN3,
+    ),
+    "qwen3_5": ("qwen3_5", "Qwen3_5TextRotaryEmbedding", "interleaved", True, _QWEN35),
+    "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoeTextRotaryEmbedding", "interleaved", True, _QWEN35),
+    "glm4v": ("glm4v", "Glm4vTextRotaryEmbedding", "chunked", False, _GLM),
+    "glm46v": ("glm4v", "Glm4vTextRotaryEmbedding", "chunked", False, _GLM),
+    "glm4v_moe": ("glm4v_moe", "Glm4vMoeTextRotaryEmbedding", "chunked", True, {**_GLM, "head_dim": 128}),
+    "glm_ocr": ("glm_ocr", "GlmOcrTextRotaryEmbedding", "chunked", False, _GLM),
+    "ernie4_5_vl_moe": (
+        "ernie4_5_vl_moe",
+        "Ernie4_5_VLMoeTextRotaryEmbedding",
+        "ernie",
+        False,
+        _QWEN2 | _rope(5e5, [22, 22, 20]),
+    ),
+}
+NUM_TOKENS, NUM_Q_HEADS, NUM_KV_HEADS = 37, 3, 2
+BF16_UNIT_ROUNDOFF = 2.0**-8
+
+
+def _text_config(model_type: str):
+    text = FAMILIES[model_type][4]
+    if "omni" in model_type:
+        return CONFIG_MAPPING[model_type](thinker_config={"text_config": text}).thinker_config.text_config
+    return CONFIG_MAPPING[model_type](text_config=text).text_config
+
+
+def _reference(model_type: str, positions, q, k):
+    """transformers' text rotary class and ``apply_rotary_pos_emb``; q/k in (1, heads, N, head_dim)."""
+    module, cls, *_ = FAMILIES[model_type]
+    modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    rotary = getattr(modeling, cls)(_text_config(model_type))
+    cos, sin = rotary(q, positions[:, None, :])
+    return modeling.apply_rotary_pos_emb(q, k, cos, sin)
+
+
+def _to_engine(x):  # (1, heads, N, D) -> (N, heads * D)
+    return x[0].transpose(0, 1).reshape(x.shape[2], -1)
+
+
+def _inputs(head_size, dtype, *, max_pos=30000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.randint(0, max_pos, (3, NUM_TOKENS), generator=g)
+    positions[:, :6] = positions[0, :6]  # text tokens: equal rows
+    q = torch.randn(1, NUM_Q_HEADS, NUM_TOKENS, head_size, generator=g).to(dtype)
+    k = torch.randn(1, NUM_KV_HEADS, NUM_TOKENS, head_size, generator=g).to(dtype)
+    return positions, q, k
+
+
+def _ours(model_type, dtype, layout=None):
+    _, _, fam_layout, neox, _ = FAMILIES[model_type]
+    cfg = _text_config(model_type).to_dict()
+    return rotary_embedding_from_config(cfg, layout=layout or fam_layout, is_neox_style=neox, dtype=dtype)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_float32_matches_transformers(model_type):
+    rope = _ours(model_type, torch.float32)
+    positions, q, k = _inputs(rope.head_size, torch.float32)
+    ref_q, ref_k = _reference(model_type, positions, q, k)
+    out_q, out_k = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+    # float32: same formula and same float32 angles; 1e-6 relative leaves room for a last-bit cos/sin
+    # difference between torch's vectorised and scalar kernels.
+    torch.testing.assert_close(out_q, _to_engine(ref_q), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_k, _to_engine(ref_k), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_bfloat16_within_one_rounding(model_type):
+    rope = _ours(model_type, torch.bfloat16)
+    positions, q, k = _inputs(rope.head_size, torch.bfloat16, seed=1)
+    out_q, _ = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+    out_q = out_q.float()
+    # (1) mrope computes in float32 and rounds once: it is the float32 reference (on the same bf16
+    # inputs) rounded to bf16, i.e. within half a bf16 ulp of it, plus float32 slack.
+    exact_q, _ = _reference(model_type, positions, q.float(), k.float())
+    exact_q = _to_engine(exact_q)
+    half_ulp = torch.exp2(torch.floor(torch.log2(exact_q.abs().clamp_min(1e-30))) - 8)
+    assert ((out_q - exact_q).abs() <= half_ulp * 1.001 + 1e-6).all(), model_type
+    # (2) transformers in bf16 rounds cos, sin, both products and their sum (Ernie: once). Its error is
+    # below 3u(|q cos| + |rot(q) sin|) and ours below u|sum|, so they differ by less than 4u(...).
+    # With x1 the element and x2 its partner, |x2 sin| <= |out| + |x1 cos|, so the terms are below
+    # 2(|x1| + |out|): the bound checked is 8u(|x1| + |out|).
+    ref_q, _ = _reference(model_type, positions, q, k)
+    ref_q = _to_engine(ref_q).float()
+    terms = _to_engine(q.float()).abs() + exact_q.abs()
+    assert ((out_q - ref_q).abs() <= 8 * BF16_UNIT_ROUNDOFF * terms + 1e-6).all(), model_type
+    if model_type == "ernie4_5_vl_moe":  # Ernie also computes in float32 and rounds once
+        assert torch.equal(out_q, ref_q)
+
+
+def test_comparison_detects_a_wrong_layout():
+    rope = _ours("qwen3_vl", torch.float32, layout="chunked")
+    positions, q, k = _inputs(rope.head_size, torch.float32)
+    ref_q, _ = _reference("qwen3_vl", positions, q, k)
+    out_q, _ = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+    assert (out_q - _to_engine(ref_q)).abs().max() > 1e-2
+
+
+def test_fractional_positions_match_transformers():
+    """Qwen3-Omni positions can be fractional float32: computed directly, as transformers does."""
+    rope = _ours("qwen3_omni_moe", torch.float32)
+    positions, q, k = _inputs(rope.head_size, torch.float32)
+    positions = positions.float() + torch.rand(positions.shape, generator=torch.Generator().manual_seed(3))
+    ref_q, ref_k = _reference("qwen3_omni_moe", positions, q, k)
+    out_q, out_k = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+    torch.testing.assert_close(out_q, _to_engine(ref_q), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_k, _to_engine(ref_k), rtol=1e-6, atol=1e-6)
+
+
+def _small(layout, *, neox=True, rotary_dim=32, head_size=48, dtype=torch.float32):
+    section = {"chunked": (4, 6, 6), "interleaved": (6, 5, 5), "ernie": (6, 6, 4)}[layout]
+    return MRotaryEmbedding(
+        head_size, rotary_dim, 512, 1e4, section, layout=layout, is_neox_style=neox, dtype=dtype
+    )
+
+
+@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie"])
+@pytest.mark.parametrize("neox", [True, False])
+def test_one_row_positions_equal_three_equal_rows(layout, neox):
+    rope = _small(layout, neox=neox)
+    pos = torch.randint(0, 512, (11,))
+    q, k = torch.randn(11, 2 * 48), torch.randn(11, 48)
+    a = rope(pos, q.clone(), k.clone())
+    b = rope(pos.expand(3, -1), q.clone(), k.clone())
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie"])
+def test_partial_rotary_passes_the_tail_through(layout):
+    rope = _small(layout, rotary_dim=32, head_size=48)
+    q, k = torch.randn(9, 3, 48), torch.randn(9, 1, 48)
+    out_q, out_k = rope(torch.randint(1, 512, (3, 9)), q.clone(), k.clone())
+    assert torch.equal(out_q[..., 32:], q[..., 32:]) and torch.equal(out_k[..., 32:], k[..., 32:])
+    assert not torch.equal(out_q[..., :32], q[..., :32])
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_views_into_fused_qkv_are_rotated_in_place(neox):
+    rope = _small("interleaved", neox=neox, dtype=torch.bfloat16)
+    qkv = torch.randn(13, (4 + 2 + 2) * 48).to(torch.bfloat16)
+    before = qkv.clone()
+    q, k = qkv[:, : 4 * 48], qkv[:, 4 * 48 : 6 * 48]
+    pos = torch.randint(0, 512, (3, 13))
+    out_q, out_k = rope(pos, q, k)
+    assert out_q is q and out_k is k
+    exp_q, exp_k = rope(pos, before[:, : 4 * 48].contiguous(), before[:, 4 * 48 : 6 * 48].contiguous())
+    assert torch.equal(qkv[:, : 4 * 48], exp_q) and torch.equal(qkv[:, 4 * 48 : 6 * 48], exp_k)
+    assert torch.equal(qkv[:, 6 * 48 :], before[:, 6 * 48 :])  # v untouched
+
+
+@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie"])
+def test_apply_mrope_matches_in_place_and_leaves_inputs(layout):
+    rope = _small(layout, neox=layout != "ernie", dtype=torch.bfloat16)
+    pos = torch.randint(0, 512, (3, 7))
+    q, k = torch.randn(7, 2 * 48).bfloat16(), torch.randn(7, 48).bfloat16()
+    q0, k0 = q.clone(), k.clone()
+    new_q, new_k = apply_mrope(rope, pos, q, k)
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+    in_q, in_k = rope(pos, q, k)
+    assert torch.equal(new_q, in_q) and torch.equal(new_k, in_k)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "glm4v", "ernie4_5_vl_moe"])
+def test_gradients_match_transformers(model_type):
+    rope = _ours(model_type, torch.float32)
+    positions, q, k = _inputs(rope.head_size, torch.float32)
+    q.requires_grad_(True)
+    ref_q, ref_k = _reference(model_type, positions, q, k)
+    w = torch.randn(ref_q.shape)
+    (ref_grad,) = torch.autograd.grad((ref_q * w).sum(), q)
+    q2 = _to_engine(q.detach()).requires_grad_(True)
+    out_q, _ = apply_mrope(rope, positions, q2, _to_engine(k))
+    (grad,) = torch.autograd.grad((out_q * _to_engine(w)).sum(), q2)
+    torch.testing.assert_close(grad, _to_engine(ref_grad), rtol=1e-6, atol=1e-6)
+
+
+def test_decode_uses_seq_lens_minus_one_plus_delta():
+    rope = _small("chunked", dtype=torch.float32)
+    seq_lens, deltas = torch.tensor([5, 9, 1]), torch.tensor([[-2], [30], [0]])
+    q, k = torch.randn(3, 2 * 48), torch.randn(3, 48)
+    a = rope.forward_decode(seq_lens, deltas, q.clone(), k.clone())
+    b = rope(torch.tensor([2, 38, 0]), q.clone(), k.clone())
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_cache_stays_float32_when_the_module_is_cast():
+    rope = _small("chunked").to(torch.bfloat16)
+    assert rope.cos_sin_cache.dtype == torch.float32 and rope.inv_freq.dtype == torch.float32
+
+
+def test_section_rows_tables():
+    assert section_rows("chunked", (1, 2, 1)) == (0, 1, 1, 2)
+    assert section_rows("interleaved", (3, 2, 1)) == (0, 1, 2, 0, 1, 0)
+    assert section_rows("ernie", (2, 2, 1)) == (1, 2, 1, 2, 0)
+
+
+def test_legacy_config_json_reads_like_5x():
+    legacy = {
+        "model_type": "glm4v_text",
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": {"type": "default", "mrope_section": [8, 12, 12]},
+    }
+    rope = rotary_embedding_from_config(legacy, layout="chunked", is_neox_style=False, dtype=torch.bfloat16)
+    assert (rope.head_size, rope.rotary_dim, rope.max_position) == (128, 64, 4096)
+    assert rope.base == 1e4 and rope.mrope_section == (8, 12, 12)
+    no_section = {**legacy, "rope_scaling": {"type": "mrope"}}
+    rope = rotary_embedding_from_config(
+        no_section, layout="chunked", is_neox_style=False, dtype=torch.bfloat16
+    )
+    assert rope.mrope_section == (8, 12, 12)  # transformers' class default for glm4v_text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mrope_section": (16, 24, 20)}, r"sums to 60, expected rotary_dim // 2 = 64"),
+        ({"layout": "zigzag"}, r"layout 'zigzag' is not one of"),
+        ({"layout": "ernie", "mrope_section": (24, 20, 20)}, r"cannot be laid out 'ernie'"),
+        ({"rotary_dim": 130}, r"rotary_dim 130 must be even and at most head_size 128"),
+        ({"dtype": torch.int32}, r"dtype must be a floating"),
+        ({"backend": "cuda"}, r"backend 'cuda' is not one of"),
+    ],
+)
+def test_constructor_errors(kwargs, match):
+    args = {
+        "head_size": 128,
+        "rotary_dim": 128,
+        "max_position": 64,
+        "base": 1e6,
+        "mrope_section": (16, 24, 24),
+    }
+    with pytest.raises(MRopeError, match=match):
+        MRotaryEmbedding(**{**args, **kwargs})
+
+
+def test_forward_errors_name_values_and_write_nothing():
+    rope = _small("chunked", dtype=torch.float32)
+    q, k = torch.randn(4, 2 * 48), torch.randn(4, 48)
+    q0, k0 = q.clone(), k.clone()
+    cases = [
+        (
+            torch.tensor([[0, 1, 2, 512]] * 3),
+            (q, k),
+            r"positions span \[0, 512\], outside the cos/sin cache \[0, 512\)",
+        ),
+        (torch.tensor([[0, -1, 2, 3]] * 3), (q, k), r"positions span \[-1, 3\]"),
+        (
+            torch.zeros(2, 4, dtype=torch.int64),
+            (q, k),
+            r"shape \(3, num_tokens\) or \(num_tokens,\), got \(2, 4\)",
+        ),
+        (torch.zeros(5, dtype=torch.int64), (q, k), r"query has 4 tokens, positions have 5"),
+        (
+            torch.zeros(4, dtype=torch.int64),
+            (q.bfloat16(), k),
+            r"dtype torch.bfloat16, expected torch.float32",
+        ),
+        (
+            torch.zeros(4, dtype=torch.int64),
+            (q[:, :50], k),
+            r"50 channels per token, not a multiple of head_size 48",
+        ),
+        (torch.zeros(4, dtype=torch.bool), (q, k), r"positions must be integer"),
+    ]
+    for positions, (qq, kk), match in cases:
+        with pytest.raises(MRopeError, match=match):
+            rope(positions, qq, kk)
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, r"rope type 'yarn' is not supported"),
+        ({"model_type": "llama"}, r"has no mrope_section"),
+        (
+            {"rope_parameters": {"rope_theta": 1e6, "mrope_interleaved": True}},
+            r"mrope_interleaved but layout is",
+        ),
+        ({"max_position_embeddings": None}, r"has no max_position_embeddings"),
+    ],
+)
+def test_config_errors(cfg, match):
+    base = {"model_type": "qwen2_vl_text", "hidden_size": 256, "num_attention_heads": 2}
+    base.update({"max_position_embeddings": 64, "rope_parameters": {"rope_theta": 1e6}})
+    with pytest.raises(MRopeError, match=match):
+        rotary_embedding_from_config(
+            {**base, **cfg}, layout="chunked", is_neox_style=True, dtype=torch.float32
+        )
+
+
+def test_importing_rotary_does_not_import_triton():
+    code = "import sys, mrope.rotary; assert 'triton' not in sys.modules, 'triton imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
