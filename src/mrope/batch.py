@@ -8,7 +8,6 @@ import numpy as np
 
 from ._backends import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
-from .core import build_segments, render_all
 from .families import Family, from_config
 
 
@@ -21,6 +20,8 @@ def get_rope_index(
     second_per_grid_ts: Any = None,
     attention_mask: Any = None,
     compat: str | None = None,
+    audio_seqlens: Any = None,
+    use_audio_in_video: bool | None = None,
 ) -> tuple[Any, Any]:
     """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
 
@@ -36,19 +37,29 @@ def get_rope_index(
     second_per_grid_ts : (num_videos,), optional (families that scale video time)
     attention_mask : shape (B, L), optional; 0 marks padding (left or right). Padded slots get 0.
     compat : ``"vllm"`` or ``"transformers"``; defaults to the family's own, ``"vllm"`` for configs.
+    audio_seqlens : (num_audios,) audio feature lengths in batch order, optional (Omni families only)
+    use_audio_in_video : bool, optional (Omni families only): every video carries its audio
 
     Returns
     -------
-    position_ids : shape (3, B, L), int64
-    rope_deltas : shape (B, 1), int64
+    position_ids : shape (3, B, L), int64 (float32 for Qwen3-Omni, whose positions can be fractional)
+    rope_deltas : shape (B, 1), int64 (float32 for Qwen3-Omni)
         Torch tensors on the device of ``input_ids`` if it is a tensor, numpy arrays otherwise.
     """
     if isinstance(config, Family):
-        family = config if compat in (None, config.compat) else from_config(config.config, compat=compat)
+        family = config if compat in (None, config.compat) else config.with_compat(compat)
     else:
         family = from_config(config, compat=compat or "vllm")
+    inputs = {k: v for k, v in (("audio_seqlens", audio_seqlens), ("use_audio_in_video", use_audio_in_video))
+              if v is not None}
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
+    if batch == 0:  # nothing to place; grids must still describe no placeholders
+        positions, deltas = family.stream_positions(
+            ids.reshape(-1), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), image_grid_thw,
+            video_grid_thw, second_per_grid_ts, **inputs)
+        empty = np.zeros((3, 0, length), dtype=positions.dtype)
+        return like_input(empty, input_ids), like_input(deltas.reshape(0, 1), input_ids)
     row_starts = np.arange(batch, dtype=np.int64) * length
     if attention_mask is None:
         stream, row_lengths, mask = ids.reshape(-1), np.full(batch, length, dtype=np.int64), None
@@ -64,18 +75,17 @@ def get_rope_index(
             stream = ids[mask]
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
-    placed = family.place_stream(stream, row_starts, row_lengths, image_grid_thw, video_grid_thw,
-                                 second_per_grid_ts)
-    table = build_segments(placed, stream.size)
+    positions, deltas = family.stream_positions(stream, row_starts, row_lengths, image_grid_thw, video_grid_thw,
+                                                second_per_grid_ts, **inputs)
     if mask is None:
-        position_ids = render_all(table).reshape(3, batch, length)
+        position_ids = positions.reshape(3, batch, length)
     elif stream.size == mask.size:
-        position_ids = render_all(table).reshape(3, batch, length)
+        position_ids = positions.reshape(3, batch, length)
         position_ids *= mask
     else:
-        position_ids = np.zeros((3, batch, length), dtype=np.int64)
-        position_ids[:, mask] = render_all(table)
-    deltas = placed.delta.reshape(batch, 1)
+        position_ids = np.zeros((3, batch, length), dtype=positions.dtype)
+        position_ids[:, mask] = positions
+    deltas = deltas.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)
 
 

@@ -9,7 +9,7 @@ any token indices from that table.
 
 from .blocks import Blocks, locate_items
 from .place import COMPATS, Placed, place
-from .render import SegmentTable, build_segments, render, render_all
+from .render import SegmentTable, build_segments, render, render_all, render_blocks, render_placed
 
 __all__ = [
     "COMPATS",
@@ -21,4 +21,6 @@ __all__ = [
     "place",
     "render",
     "render_all",
+    "render_blocks",
+    "render_placed",
 ]

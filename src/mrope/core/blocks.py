@@ -68,35 +68,48 @@ def locate_items(
     the stream and lie in one row (rows: ``[row_starts[r], row_starts[r] + row_lengths[r])``). Raises :class:`MRopeError` naming the item (``describe(i)``)
     otherwise.
     """
-    needed = int(tokens_per_item.sum())
     found = int(placeholder_index.size)
-    if needed != found:
-        runs = 0 if found == 0 else 1 + int(np.count_nonzero(np.diff(placeholder_index) != 1))
-        raise MRopeError(
-            f"found {found} {what} placeholder tokens (in {runs} runs), but {grid_name} describes "
-            f"{len(tokens_per_item)} {what}s needing {needed} tokens "
-            f"({', '.join(str(int(n)) for n in tokens_per_item[:8])}{', ...' if len(tokens_per_item) > 8 else ''})"
-        )
-    if needed == 0:
-        return np.zeros(0, dtype=np.int64)
     last = tokens_per_item.cumsum()
+    needed = int(last[-1]) if last.size else 0
     first = last - tokens_per_item
-    start = placeholder_index[first]
-    end = placeholder_index[last - 1]
-    broken = end - start + 1 != tokens_per_item
-    row = row_starts.searchsorted(start, side="right") - 1
-    if row_starts.size > 1:  # items of several rows: none may cross a row's end
+    if found == needed:
+        fits = tokens_per_item.size
+        start, end = placeholder_index[first], placeholder_index[last - 1]
+        broken = end - start + 1 != tokens_per_item
+    else:
+        fits = int(last.searchsorted(found, side="right"))  # items 0..fits-1 have all their tokens
+        start, end = placeholder_index[first[:fits]], placeholder_index[last[:fits] - 1]
+        broken = end - start + 1 != tokens_per_item[:fits]
+    row = row_starts.searchsorted(start, side="right") - 1 if row_starts.size > 1 else None
+    if row is not None:  # items of several rows: none may cross a row's end
         broken |= end >= row_starts[row] + row_lengths[row]
     if broken.any():
         i = int(np.flatnonzero(broken)[0])
         s = int(start[i])
+        r = 0 if row is None else int(row[i])
         run = placeholder_index[first[i] : last[i]]
         gap = np.flatnonzero(np.diff(run) != 1)
-        run_len = int(gap[0]) + 1 if gap.size else run.size
-        r = int(row[i])
+        run_len = min(int(gap[0]) + 1 if gap.size else run.size, int(row_starts[r] + row_lengths[r]) - s)
         raise MRopeError(
             f"{describe(i)} needs {int(tokens_per_item[i])} "
             f"consecutive placeholder tokens in one row from index {s - int(row_starts[r])} of row "
             f"{r}, found a run of {run_len}"
+        )
+    if fits == tokens_per_item.size and found == needed:
+        return start
+    runs = 0 if found == 0 else 1 + int(np.count_nonzero(np.diff(placeholder_index) != 1))
+    in_all = f"{found} {what} placeholder tokens in {runs} runs, {grid_name} needs {needed}"
+    if fits < tokens_per_item.size:  # too few placeholders: the first item left short
+        i = fits
+        raise MRopeError(
+            f"{describe(i)} needs {int(tokens_per_item[i])} placeholder tokens, found "
+            f"{found - int(first[i])} ({in_all})"
+        )
+    if found > needed:  # placeholders that no grid describes
+        extra = int(placeholder_index[needed])
+        r = int(row_starts.searchsorted(extra, side="right")) - 1
+        raise MRopeError(
+            f"{found - needed} {what} placeholder tokens from index {extra - int(row_starts[r])} "
+            f"of row {r} have no grid in {grid_name} ({in_all})"
         )
     return start

@@ -7,16 +7,26 @@ A segment starting at stream index ``start`` renders token ``j`` (offset ``o = j
 
 Both come from one formula, so rendering is a handful of numpy calls whatever the mix:
 ``t = t0 + o * is_text``, ``h = hw0 + o // width``, ``w = hw0 + o % width + o * is_text``.
+
+The Omni families need two generalizations, taken by a separate (general) render path so that the
+int64 five-row fast path stays as it is:
+
+- an optional sixth row ``origin``: offsets count from ``o = j - origin`` instead of ``j - start``
+  (a Qwen2.5-Omni video chunk that starts inside a frame; an audio run whose tokens are split by video
+  frames, Qwen3-Omni);
+- float64 fields holding float32 values (Qwen3-Omni's fractional positions): positions are then
+  float32, each rounded once from the exact sum, as transformers' float32 arithmetic gives them.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from .place import Placed, temporal_index
+from .place import FEW_BLOCKS, Placed, temporal_index
 
 _FIELDS = ("start", "t0", "hw0", "width", "is_text")
 
@@ -24,6 +34,8 @@ _FIELDS = ("start", "t0", "hw0", "width", "is_text")
 @dataclass(frozen=True)
 class SegmentTable:
     """Segments sorted by start, as a (5, num_segments) int64 array of rows ``_FIELDS``.
+
+    Omni tables may have a sixth row ``origin`` and float64 fields (see the module docstring).
 
     ``length`` is the number of tokens the table covers (the stream length); the last segment runs
     to it. Memory is O(blocks + frames), not O(tokens).
@@ -98,8 +110,13 @@ class _Workspace(threading.local):
     def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if self.rows.shape[1] < n:
             self.rows = np.empty((6, n), dtype=np.int64)
+        return self.rows[:, :n], self.range(n)
+
+    def range(self, n: int) -> np.ndarray:
+        """``arange(n)``, int64, read from a cached array."""
+        if self.arange.size < n:
             self.arange = np.arange(n, dtype=np.int64)
-        return self.rows[:, :n], self.arange[:n]
+        return self.arange[:n]
 
 
 _workspace = _Workspace()
@@ -108,6 +125,8 @@ _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
 
 def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray:
     """Positions (3, length) of every token of the stream, int64, into ``out`` if given."""
+    if _is_general(table):
+        return _render_general(table, np.arange(table.length, dtype=np.int64), out)
     data = table.data
     starts = data[0]
     if out is None:
@@ -144,6 +163,9 @@ def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray
 
 def render(table: SegmentTable, index: np.ndarray, out: np.ndarray) -> None:
     """Positions of arbitrary stream indices (``index`` (N,) int64) into ``out`` (3, N)."""
+    if _is_general(table):
+        _render_general(table, index, out)
+        return
     segment = table.data[0].searchsorted(index, side="right") - 1
     rep = table.data[:, segment]
     offset = index - rep[0]
@@ -153,3 +175,80 @@ def render(table: SegmentTable, index: np.ndarray, out: np.ndarray) -> None:
     np.add(rep[2], q, out=out[1])
     np.add(rep[2], r, out=out[2])
     out[2] += offset
+
+
+@functools.lru_cache(maxsize=256)
+def _plane(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """h and w offsets of one frame's tokens, (height * width,) each, read-only."""
+    h = np.arange(height, dtype=np.int64).repeat(width)
+    w = np.tile(np.arange(width, dtype=np.int64), height)
+    h.flags.writeable = w.flags.writeable = False
+    return h, w
+
+
+def render_blocks(placed: Placed, length: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Positions (3, length) of every token, as :func:`render_all` of :func:`build_segments` gives them,
+    with a bounded number of numpy calls per text run and per block (never per frame or token).
+
+    Faster than the table for a few blocks (the usual single prompt); padding gets meaningless values.
+    """
+    if out is None:
+        out = np.empty((3, length), dtype=np.int64)
+    blocks = placed.blocks
+    starts, ends = blocks.start.tolist(), (blocks.start + blocks.num_tokens).tolist()
+    frames, heights, widths = blocks.frames.tolist(), blocks.height.tolist(), blocks.width.tolist()
+    bases, next_bases = placed.base.tolist(), placed.next_base.tolist()
+    row_starts = placed.row_starts.tolist()
+    text_runs = []  # (begin, end, position of begin)
+    cursor, cursor_base = 0, -row_starts[0]  # the first row's text reaches back to index 0
+    b = 0
+    for r in range(len(row_starts)):
+        row_end = row_starts[r + 1] if r + 1 < len(row_starts) else length
+        if r:
+            cursor, cursor_base = row_starts[r], 0
+        while b < len(starts) and starts[b] < row_end:
+            text_runs.append((cursor, starts[b], cursor_base))
+            s, e, base = starts[b], ends[b], bases[b]
+            plane = heights[b] * widths[b]
+            h, w = _plane(heights[b], widths[b])
+            if frames[b] == 1:
+                out[0, s:e] = base
+            else:
+                t = temporal_index(np.arange(frames[b]), blocks.interval[b])
+                np.add(t[:, None], base, out=out[0, s:e].reshape(frames[b], plane))
+            np.add(h, base, out=out[1, s:e].reshape(frames[b], plane))  # out is C-contiguous: views
+            np.add(w, base, out=out[2, s:e].reshape(frames[b], plane))
+            cursor, cursor_base = e, next_bases[b]
+            b += 1
+        text_runs.append((cursor, row_end, cursor_base))
+    arange = _workspace.range(length)
+    for begin, end, base in text_runs:
+        if end > begin:
+            np.add(arange[: end - begin], base, out=out[:, begin:end])
+    return out
+
+
+def render_placed(placed: Placed, length: int) -> np.ndarray:
+    """Positions (3, length) of a placed stream, by whichever renderer is faster for its size."""
+    if placed.blocks.start.size <= FEW_BLOCKS:
+        return render_blocks(placed, length)
+    return render_all(build_segments(placed, length))
+
+
+def _is_general(table: SegmentTable) -> bool:
+    return table.data.shape[0] > len(_FIELDS) or table.data.dtype != np.int64
+
+
+def _render_general(table: SegmentTable, index: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """Render for tables with an ``origin`` row or float fields: float32 positions for float tables."""
+    data = table.data
+    rep = data[:, data[0].searchsorted(index, side="right") - 1]
+    offset = index - rep[len(_FIELDS) if data.shape[0] > len(_FIELDS) else 0]
+    q, r = np.divmod(offset, rep[3])
+    offset = offset * rep[4]
+    if out is None:
+        out = np.empty((3, index.size), dtype=np.float32 if data.dtype.kind == "f" else np.int64)
+    np.add(rep[1], offset, out=out[0], casting="same_kind")
+    np.add(rep[2], q, out=out[1], casting="same_kind")
+    np.add(rep[2] + r, offset, out=out[2], casting="same_kind")
+    return out

@@ -14,7 +14,7 @@ import numpy as np
 from .._backends import to_grid_array, to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core.blocks import empty_blocks
-from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_all
+from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_placed
 from ..core.place import check_compat
 
 
@@ -28,6 +28,9 @@ class Family:
     model_types: ClassVar[tuple[str, ...]] = ()
     settings: ClassVar[dict[str, Any]] = {}
     uses_second_per_grid_ts: ClassVar[bool] = False
+    # keyword inputs beyond the grids that the family takes (Omni: audio_seqlens, use_audio_in_video);
+    # every other family refuses them
+    extra_inputs: ClassVar[tuple[str, ...]] = ()
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
@@ -47,6 +50,11 @@ class Family:
         merge = getattr(self, "spatial_merge_size", 1)
         if not isinstance(merge, (int, np.integer)) or merge <= 0:
             raise MRopeError(f"spatial_merge_size must be a positive int, got {merge!r}")
+
+    def with_compat(self, compat: str) -> Family:
+        """This family under another convention, with the same settings (overrides included)."""
+        settings = {name: getattr(self, name) for name in self.settings}
+        return type(self)(self.model_type, compat=compat, config=self.config, **settings)
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,38 +91,85 @@ class Family:
         blocks = self.parse(ids, row_starts, row_lengths, images, videos, seconds)
         return place(blocks, row_starts, row_lengths, self.compat)
 
-    def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
-                 second_per_grid_ts: Any = None) -> tuple[SegmentTable, int]:
-        """The segment table of one prompt and its delta: O(blocks + frames) state for serving."""
+    def place_prompt(self, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any,
+                     second_per_grid_ts: Any) -> tuple[Placed, int]:
+        """One prompt as a one-row stream: its placed blocks and its length."""
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
         rows = np.array([0, ids.size], dtype=np.int64)
         placed = self.place_stream(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts)
-        return build_segments(placed, ids.size), int(placed.delta[0])
+        return placed, ids.size
+
+    def stream_positions(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
+                         image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any,
+                         **inputs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (3, len(ids)) of a stream (rows as in :meth:`place_stream`) and each row's delta.
+
+        ``inputs``: the family's :attr:`extra_inputs` (Omni); other families refuse any."""
+        self.check_extra_inputs(inputs)
+        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        if ids.size == 0:
+            return np.zeros((3, 0), dtype=np.int64), placed.delta
+        return render_placed(placed, ids.size), placed.delta
+
+    def stream_segments(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
+                        image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any,
+                        **inputs: Any) -> tuple[SegmentTable, np.ndarray]:
+        """The segment table of a stream and each row's delta (see :meth:`stream_positions`)."""
+        self.check_extra_inputs(inputs)
+        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        return build_segments(placed, ids.size), placed.delta
+
+    def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
+                 second_per_grid_ts: Any = None, audio_seqlens: Any = None,
+                 use_audio_in_video: bool | None = None) -> tuple[SegmentTable, int | float]:
+        """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
+
+        The arguments are those of :meth:`positions`. Omni tables may carry an ``origin`` row and, for
+        Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.render`)."""
+        ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        rows = np.array([0, ids.size], dtype=np.int64)
+        table, delta = self.stream_segments(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw,
+                                            second_per_grid_ts, **_given(audio_seqlens, use_audio_in_video))
+        return table, delta[0].item()
 
     def positions(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
-                  second_per_grid_ts: Any = None) -> tuple[np.ndarray, int]:
+                  second_per_grid_ts: Any = None, audio_seqlens: Any = None,
+                  use_audio_in_video: bool | None = None) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
         Parameters
         ----------
         input_ids : list, numpy array or torch tensor, shape (L,), integer
         image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
-        second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time)
+        second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time;
+            transformers' Omni code calls it ``second_per_grids``)
+        audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
+        use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
 
         Returns
         -------
-        positions : numpy.ndarray, shape (3, L), int64 (rows t, h, w)
-        delta : int, ``positions.max() + 1 - L``; a token at sequence index ``i >= L`` has position
-            ``i + delta`` on all three rows.
+        positions : numpy.ndarray, shape (3, L), int64 (rows t, h, w); float32 for Qwen3-Omni
+        delta : int (float for Qwen3-Omni), ``positions.max() + 1 - L``; a token at sequence index
+            ``i >= L`` has position ``i + delta`` on all three rows.
 
         Raises
         ------
         MRopeError
-            Placeholder counts that do not match the grids, bad grids or times, bad input shapes.
+            Placeholder counts that do not match the grids or audio lengths, bad grids, times or
+            lengths, bad input shapes, audio inputs given to a family without audio.
         """
-        table, delta = self.segments(input_ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
-                                     second_per_grid_ts=second_per_grid_ts)
-        return render_all(table), delta
+        ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        rows = np.array([0, ids.size], dtype=np.int64)
+        positions, delta = self.stream_positions(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw,
+                                                 second_per_grid_ts, **_given(audio_seqlens, use_audio_in_video))
+        return positions, delta[0].item()
+
+    def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
+        unknown = sorted(set(inputs) - set(self.extra_inputs))
+        if unknown:
+            takes = f"it takes {', '.join(self.extra_inputs)}" if self.extra_inputs else "only the Omni families do"
+            raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
     def rotary_embedding(self, *, dtype: Any = None) -> Any:
         """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch)."""
@@ -195,3 +250,9 @@ def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     video = np.repeat(np.arange(len(grids)), repeats)
     frame = np.arange(len(split)) - np.repeat(np.cumsum(repeats) - repeats, repeats)
     return split, np.stack([video, frame], axis=1)
+
+
+def _given(audio_seqlens: Any, use_audio_in_video: bool | None) -> dict[str, Any]:
+    """The Omni inputs that were passed (not None), as keyword arguments."""
+    given = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
+    return {k: v for k, v in given.items() if v is not None}
