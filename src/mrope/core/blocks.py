@@ -65,8 +65,8 @@ def locate_items(
 
     ``placeholder_index`` holds the (sorted) stream indices of every placeholder token of one
     modality; item ``i`` owns the next ``tokens_per_item[i]`` of them, which must be consecutive in
-    the stream and lie in one row (rows: ``[row_starts[r], row_starts[r] + row_lengths[r])``). Raises :class:`MRopeError` naming the item (``describe(i)``)
-    otherwise.
+    the stream and lie in one row (rows: ``[row_starts[r], row_starts[r] + row_lengths[r])``).
+    Raises :class:`MRopeError` naming the item (``describe(i)``) otherwise.
     """
     found = int(placeholder_index.size)
     last = tokens_per_item.cumsum()

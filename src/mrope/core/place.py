@@ -89,6 +89,7 @@ def _place_one_row(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarr
         blocks.height.tolist(),
         blocks.width.tolist(),
         t_last,
+        strict=True,
     ):
         hw_extent = max(height, width)
         extent = max(t + 1, hw_extent)

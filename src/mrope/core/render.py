@@ -145,7 +145,7 @@ def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray
         segment[starts[first + 1 : last + 1] - begin] = 1
         segment[0] = first
         np.cumsum(segment, out=segment)
-        for field, row in zip(data, (start, t0, hw0, width, is_text)):
+        for field, row in zip(data, (start, t0, hw0, width, is_text), strict=True):
             field.take(segment, out=row, mode="clip")  # "clip": no buffering (indices are valid)
         offset = start
         if begin:
