@@ -27,7 +27,11 @@ test: venv lint
 	$(BIN)/python -m pytest
 
 bench: venv
+	$(BIN)/mrope bench step --json bench-results/step.json
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json
+
+bench-step: venv
+	$(BIN)/mrope bench step --json bench-results/step.json
 
 bench-prefill: venv
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json

@@ -6,8 +6,16 @@
 from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
 from .families import from_config, supported_model_types
+from .serving import PositionTable
 
-__all__ = ["MRopeError", "MRotaryEmbedding", "from_config", "get_rope_index", "supported_model_types"]
+__all__ = [
+    "MRopeError",
+    "MRotaryEmbedding",
+    "PositionTable",
+    "from_config",
+    "get_rope_index",
+    "supported_model_types",
+]
 __version__ = "0.1.0"
 
 _LAZY = {"MRotaryEmbedding": "rotary"}  # names whose modules import torch: loaded on first use

@@ -1,0 +1,366 @@
+"""``mrope bench step``: a serving engine's per-step M-RoPE positions, against the engines' own loops.
+
+Usage::
+
+    mrope bench step [--quick] [--json bench-results/step.json] [--plot step.png]
+
+Three ways to write the positions of one engine step into the (3, capacity + 1) buffer (written
+through its numpy view, a non-contiguous (3, N) slice, as vLLM does):
+
+- ``loop-torch``: vLLM's ``_calc_mrope_positions`` before the first seed: a Python loop over the
+  batch, prompt parts copied from the request's cached (3, P) tensor, decode parts written with
+  ``torch.arange(...).expand(3, -1)``;
+- ``loop-numpy``: the same loop after the seed: decode parts written with ``np.arange`` into the
+  buffer's numpy view;
+- ``fill``: :meth:`mrope.serving.PositionTable.fill`, one vectorized call;
+
+plus the floor: one numpy assignment of the step's (already known) decode positions.
+
+1. Simulation of the first seed's load: Qwen2.5-VL-3B, requests arriving at 50/s (steps of 20 ms),
+   250-300 text tokens + one 512x512 image, 150-250 output tokens, at most 256 running, chunked
+   prefill with 2048 tokens per step. Per-step time of the three, and a check that they write identical
+   positions at every step.
+2. Scaling: decode-only batches of 1 ... 1024 requests, and mixed (one 512-token prefill chunk + decodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..families import from_config
+from ..serving import PositionTable
+from ._timing import format_table, median_us, percentile_us, time_call, write_json
+
+# Qwen2.5-VL-3B-Instruct's config (the fields the position rule reads)
+QWEN2_5_VL_3B = {
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+}
+IMAGE_GRID = [1, 36, 36]  # a 512x512 image after the processor's resize to 504x504, patch 14
+MAX_RUNNING = 256
+TOKEN_BUDGET = 2048
+STEP_SECONDS = 0.02
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plot", default=None, help="write the scaling plot (PNG) here (default: next to --json)"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=None, help="requests in the simulation (default 1000)"
+    )
+
+
+@dataclass
+class Request:
+    """What an engine keeps per request: the prompt's cached (3, P) positions and the delta."""
+
+    prompt_len: int
+    output_len: int
+    positions: Any  # torch (3, P) int64, as vLLM caches it
+    delta: int
+    computed: int = 0
+
+
+class Engine:
+    """The three ways to write positions, over one shared set of running requests."""
+
+    def __init__(self, family: Any, capacity: int, max_requests: int = MAX_RUNNING) -> None:
+        import torch
+
+        self.family = family
+        self.buffer = torch.zeros((3, capacity + 1), dtype=torch.int64)  # vLLM's mrope_positions_cpu
+        self.buffer_np = self.buffer.numpy()
+        self.table = PositionTable(max_requests)
+        self.requests: dict[int, Request] = {}
+
+    def admit(self, row: int, ids: np.ndarray, output_len: int) -> None:
+        import torch
+
+        positions, delta = self.family.positions(ids, image_grid_thw=[IMAGE_GRID])
+        self.requests[row] = Request(ids.size, output_len, torch.from_numpy(positions), delta)
+        self.table.add(row, self.family, ids, image_grid_thw=[IMAGE_GRID])
+
+    def finish(self, row: int) -> None:
+        del self.requests[row]
+        self.table.remove(row)
+
+    # -- vLLM's loop, modelled on GPUModelRunner._calc_mrope_positions ------------------------------
+    def loop(
+        self, rows: list[int], num_computed: np.ndarray, num_scheduled: np.ndarray, use_numpy: bool
+    ) -> int:
+        import torch
+
+        ptr = 0
+        for index, row in enumerate(rows):
+            req = self.requests[row]
+            computed = int(num_computed[index])
+            scheduled = int(num_scheduled[index])
+            if computed + scheduled > req.prompt_len:
+                prompt_part = max(0, req.prompt_len - computed)
+                completion_part = max(0, scheduled - prompt_part)
+            else:
+                prompt_part, completion_part = scheduled, 0
+            if prompt_part > 0:
+                self.buffer[:, ptr : ptr + prompt_part] = req.positions[:, computed : computed + prompt_part]
+                ptr += prompt_part
+            if completion_part > 0:
+                context = computed + prompt_part
+                if use_numpy:  # MRotaryEmbedding.get_next_input_positions_numpy (after the seed)
+                    values = np.arange(
+                        req.delta + context, req.delta + context + completion_part, dtype=np.int64
+                    )
+                    self.buffer_np[:, ptr : ptr + completion_part] = values
+                else:  # MRotaryEmbedding.get_next_input_positions_tensor (before)
+                    self.buffer[:, ptr : ptr + completion_part] = torch.arange(
+                        req.delta + context, req.delta + context + completion_part
+                    ).expand(3, -1)
+                ptr += completion_part
+        return ptr
+
+    def methods(self, rows: list[int], nc: np.ndarray, ns: np.ndarray) -> dict[str, Callable[[], int]]:
+        rows_np = np.asarray(rows, dtype=np.int64)
+        view = self.buffer_np[:, :-1]
+        return {
+            "loop-torch": lambda: self.loop(rows, nc, ns, use_numpy=False),
+            "loop-numpy": lambda: self.loop(rows, nc, ns, use_numpy=True),
+            "fill": lambda: self.table.fill(view, rows_np, nc, ns),
+        }
+
+
+def _time_step(methods: dict[str, Callable[[], int]], engine: Engine, repeats: int) -> dict[str, float]:
+    """Seconds per call of each method (min over ``repeats``, methods interleaved), and a check that
+    all write the same positions."""
+    best = dict.fromkeys(methods, float("inf"))
+    written: dict[str, np.ndarray] = {}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            engine.buffer_np.fill(-1)
+            t0 = time.perf_counter()
+            n = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+            written[name] = engine.buffer_np[:, :n].copy()
+    reference = written["loop-torch"]
+    for name, got in written.items():
+        if not np.array_equal(got, reference):
+            raise AssertionError(f"{name} wrote different positions than loop-torch")
+    return best
+
+
+def simulate(num_requests: int, repeats: int, seed: int = 0) -> dict[str, Any]:
+    """The first seed's load; per-step times of every method."""
+    rng = np.random.default_rng(seed)
+    family = from_config(QWEN2_5_VL_3B)
+    engine = Engine(family, TOKEN_BUDGET)
+    arrivals = np.sort(rng.uniform(0, num_requests / 50, num_requests))
+    image = [151652] + [151655] * (IMAGE_GRID[1] * IMAGE_GRID[2] // 4) + [151653]
+    waiting: list[int] = []  # request ids
+    running: list[int] = []  # rows, in admission order
+    free_rows = list(range(MAX_RUNNING - 1, -1, -1))
+    arrived = 0
+    times: dict[str, list[float]] = {"loop-torch": [], "loop-numpy": [], "fill": []}
+    batch_sizes, tokens, state_bytes, full_bytes = [], [], [], []
+    step = 0
+    while arrived < num_requests or waiting or running:
+        now = step * STEP_SECONDS
+        while arrived < num_requests and arrivals[arrived] <= now:
+            waiting.append(arrived)
+            arrived += 1
+        # admission: a free slot per waiting request (it is prefilled below, within the budget)
+        while waiting and free_rows:
+            waiting.pop(0)
+            row = free_rows.pop()
+            text = rng.integers(0, 150000, int(rng.integers(250, 301)))
+            ids = np.concatenate([text[:8], image, text[8:]]).astype(np.int64)
+            engine.admit(row, ids, int(rng.integers(150, 251)))
+            running.append(row)
+            state_bytes.append(engine.table.state_nbytes(row))
+            full_bytes.append(3 * ids.size * 8)
+        # schedule: decodes first (one token each), then prefill chunks within the budget
+        budget = TOKEN_BUDGET
+        rows, nc, ns = [], [], []
+        for row in running:
+            req = engine.requests[row]
+            want = 1 if req.computed >= req.prompt_len else req.prompt_len - req.computed
+            take = min(want, budget)
+            if take <= 0:
+                continue
+            rows.append(row)
+            nc.append(req.computed)
+            ns.append(take)
+            budget -= take
+        if rows:
+            nc_np, ns_np = np.asarray(nc, dtype=np.int64), np.asarray(ns, dtype=np.int64)
+            best = _time_step(engine.methods(rows, nc_np, ns_np), engine, repeats)
+            for name, seconds in best.items():
+                times[name].append(seconds)
+            batch_sizes.append(len(rows))
+            tokens.append(int(ns_np.sum()))
+            for row, count in zip(rows, ns, strict=True):
+                engine.requests[row].computed += count
+        for row in list(running):
+            req = engine.requests[row]
+            if req.computed >= req.prompt_len + req.output_len:
+                engine.finish(row)
+                running.remove(row)
+                free_rows.append(row)
+        step += 1
+    return {
+        "times": times,
+        "batch_sizes": batch_sizes,
+        "tokens": tokens,
+        "state_bytes": state_bytes,
+        "full_bytes": full_bytes,
+    }
+
+
+def scaling(sizes: list[int], repeats: int, mixed: bool) -> dict[str, Any]:
+    """Per-step time against batch size: decode-only, or one 512-token prefill chunk plus decodes."""
+    family = from_config(QWEN2_5_VL_3B)
+    rng = np.random.default_rng(1)
+    image = [151652] + [151655] * (IMAGE_GRID[1] * IMAGE_GRID[2] // 4) + [151653]
+    results: dict[str, list[float]] = {"loop-torch": [], "loop-numpy": [], "fill": [], "floor": []}
+    engine = Engine(family, max(sizes) + 1024, max(sizes))
+    for row in range(max(sizes)):
+        text = rng.integers(0, 150000, int(rng.integers(250, 301)))
+        engine.admit(row, np.concatenate([text[:8], image, text[8:]]).astype(np.int64), 200)
+    for n in sizes:
+        rows = list(range(n))
+        nc = np.array([engine.requests[r].prompt_len + 17 for r in rows], dtype=np.int64)
+        ns = np.ones(n, dtype=np.int64)
+        if mixed:
+            nc[0], ns[0] = 0, 512
+        methods = engine.methods(rows, nc, ns)
+        num = int(ns.sum())
+        expected = np.empty((3, num), dtype=np.int64)
+        engine.table.fill(expected, np.asarray(rows), nc, ns)
+        view = engine.buffer_np[:, :num]
+        # the floor: one assignment of the already known positions (decode: one row broadcast)
+        known = expected[0] if not mixed else expected
+        methods["floor"] = lambda v=view, k=known: np.copyto(v, k)
+        for name, fn in methods.items():  # each method warm, in its own loop, as _timing.time_call does
+            results[name].append(float(np.median(time_call(fn, repeats=repeats, min_seconds=0.02))))
+    return {"sizes": sizes, "times": results}
+
+
+def _plot(path: str, decode: dict[str, Any], mixed: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, data, title in (
+        (axes[0], decode, "decode only"),
+        (axes[1], mixed, "one 512-token chunk + decodes"),
+    ):
+        for name, values in data["times"].items():
+            ax.plot(
+                data["sizes"],
+                [v * 1e6 for v in values],
+                marker="o",
+                label=name,
+                linestyle="--" if name == "floor" else "-",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("requests in the step")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("per-step time (us)")
+    axes[0].legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    # the baselines' torch calls are tiny: with OpenMP workers spinning after each, the other methods'
+    # timings would pay for them on a small machine
+    torch.set_num_threads(1)
+    quick = args.quick
+    num_requests = args.requests or (150 if quick else 1000)
+    repeats = 2 if quick else 3
+    sizes = [1, 4, 16, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+
+    sim = simulate(num_requests, repeats)
+    t = sim["times"]
+    print(
+        f"## Simulation: {num_requests} requests at 50/s, Qwen2.5-VL-3B, 250-300 text + one 512x512 image, "
+        f"150-250 output tokens, budget {TOKEN_BUDGET}; {len(sim['batch_sizes'])} steps, median "
+        f"{int(np.median(sim['batch_sizes']))} requests and {int(np.median(sim['tokens']))} tokens per step; "
+        "positions identical at every step"
+    )
+    base = {name: (median_us(v), percentile_us(v, 99)) for name, v in t.items()}
+    rows = [
+        [name, med, p99, base["loop-torch"][0] / med, base["loop-numpy"][0] / med]
+        for name, (med, p99) in base.items()
+    ]
+    print(format_table(["method", "median us", "p99 us", "loop-torch / this", "loop-numpy / this"], rows))
+    state, full = float(np.mean(sim["state_bytes"])), float(np.mean(sim["full_bytes"]))
+    print(
+        f"\nstate per request: {state:.0f} bytes (PositionTable) vs {full:.0f} bytes for a (3, L) int64 copy "
+        f"({full / state:.0f}x)\n"
+    )
+
+    results = {
+        "simulation": {
+            "median_us": {k: v[0] for k, v in base.items()},
+            "p99_us": {k: v[1] for k, v in base.items()},
+            "steps": len(sim["batch_sizes"]),
+            "state_bytes_per_request": state,
+            "full_bytes_per_request": full,
+            "per_step_s": t,
+            "batch_sizes": sim["batch_sizes"],
+            "tokens": sim["tokens"],
+        }
+    }
+    scaled = {}
+    for kind, mixed in (("decode", False), ("mixed", True)):
+        data = scaling(sizes, 20 if quick else 200, mixed)
+        scaled[kind] = data
+        times = data["times"]
+        print(
+            f"## Scaling, {'decode only' if not mixed else 'one 512-token prefill chunk + decodes'} "
+            "(median us per step)"
+        )
+        table_rows = [
+            [n]
+            + [times[m][i] * 1e6 for m in times]
+            + [times["loop-numpy"][i] / times["fill"][i], times["fill"][i] / times["floor"][i]]
+            for i, n in enumerate(sizes)
+        ]
+        print(format_table(["requests", *times, "loop-numpy / fill", "fill / floor"], table_rows))
+        print()
+    results["scaling"] = scaled
+    dec = scaled["decode"]["times"]
+    i256 = sizes.index(256)
+    i16, i1024 = sizes.index(16), sizes.index(1024)
+    targets = {
+        "fill >= 30x faster than loop-numpy at 256 decodes": dec["loop-numpy"][i256] / dec["fill"][i256]
+        >= 30,
+        "fill within 10x of the floor at 256 decodes": dec["fill"][i256] / dec["floor"][i256] <= 10,
+        "fill at 1024 <= 3x fill at 16": dec["fill"][i1024] / dec["fill"][i16] <= 3,
+    }
+    for name, ok in targets.items():
+        print(f"target: {name}: {'met' if ok else 'NOT met'}")
+    results["targets"] = targets
+    write_json(args.json, results)
+    plot = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json else None)
+    if plot:
+        _plot(plot, scaled["decode"], scaled["mixed"])
+        print(f"plot: {plot}")
+    return 0

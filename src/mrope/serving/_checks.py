@@ -1,0 +1,65 @@
+"""Input checks of :class:`mrope.serving.PositionTable`'s numpy path: each raises :class:`MRopeError`
+naming the value and what was expected, before anything is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._backends import to_numpy
+from .._errors import MRopeError
+from ._segments import POSITION_DTYPE
+
+MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
+DEAD = np.iinfo(np.int64).max  # prompt length of a free row: no index is ever "past" it
+PLEN, DELTA, KEY = 0, 1, 2  # rows of the per-request info array
+INT64 = np.dtype(np.int64)
+DTYPE = np.dtype(POSITION_DTYPE)
+
+
+def validate(max_requests: int, rows: np.ndarray, nc: np.ndarray, ns: np.ndarray, info: np.ndarray) -> int:
+    """Checks of the general path; returns N."""
+    dead = info[PLEN] == DEAD
+    if dead.any():
+        i = int(np.argmax(dead))
+        if not 0 <= rows[i] < max_requests:
+            raise MRopeError(f"rows[{i}] = {rows[i]} is out of range [0, {max_requests})")
+        raise MRopeError(f"rows[{i}] = {rows[i]} holds no request (never added, or removed)")
+    if ns.min() < 0:
+        i = int(np.argmin(ns))
+        raise MRopeError(f"num_scheduled[{i}] = {ns[i]} (row {rows[i]}): counts must be >= 0")
+    if nc.min() < 0:
+        i = int(np.argmin(nc))
+        raise MRopeError(f"num_computed[{i}] = {nc[i]} (row {rows[i]}): counts must be >= 0")
+    end = nc + ns
+    if end.max() >= MAX_INDEX:
+        i = int(np.argmax(end))
+        raise MRopeError(f"row {rows[i]}: sequence index {end[i] - 1} is beyond {MAX_INDEX - 1}")
+    return int(ns.sum())
+
+
+def check_out(out: np.ndarray, num: int, num_tokens: int | None) -> int:
+    if (out.dtype is not DTYPE and out.dtype != DTYPE) or out.ndim != 2 or out.shape[0] != 3:
+        raise MRopeError(
+            f"out must be a (3, n) {np.dtype(POSITION_DTYPE)} array, got shape {out.shape} dtype {out.dtype}"
+        )
+    if out.shape[1] < num:
+        raise MRopeError(f"out has {out.shape[1]} columns, the step needs {num}")
+    if num_tokens is not None and num_tokens != num:
+        raise MRopeError(f"num_tokens = {num_tokens}, but num_scheduled sums to {num}")
+    if not out.flags.writeable:
+        raise MRopeError("out is read-only")
+    return num
+
+
+def as_index(x: Any, name: str) -> np.ndarray:
+    """A 1-D int64 numpy array, without a copy when ``x`` already is one."""
+    if type(x) is np.ndarray and x.dtype is INT64 and x.ndim == 1:
+        return x
+    arr = to_numpy(x, name=name)
+    if arr.ndim != 1:
+        raise MRopeError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype == np.float64):
+        raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)

@@ -1,0 +1,190 @@
+"""The device path of :class:`mrope.PositionTable`: the same render in torch ops on device tensors.
+
+The table's pool and per-request info live on the device (copied there at admission, the only
+host-to-device traffic). A step is fixed-shape torch ops with N given by the caller: no
+``.item()``, no ``nonzero``, no boolean-mask indexing, no copy to the host, so it neither
+synchronizes nor blocks CUDA graph capture. Bad values (a free row, a negative count, a position
+reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
+counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.check`) raises later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._errors import MRopeError
+from .table import _DEAD, _DELTA, _KEY, _MAX_INDEX, _PLEN, PositionTable
+
+_DTYPE = torch.int64  # = table.POSITION_DTYPE
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+class DeviceTable:
+    """The device copy of a :class:`PositionTable` and its torch ``fill`` and ``decode``.
+
+    Created by the table (``device=`` anything but ``"cpu"``, or on the first torch call); engines use
+    it through :meth:`PositionTable.fill` and :meth:`PositionTable.decode`.
+    """
+
+    def __init__(self, table: PositionTable, device: Any) -> None:
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise MRopeError(f"device {device!r} is not a torch device: {err}") from None
+        self.table = table
+        self.max_requests = table.max_requests
+        self.pool = torch.from_numpy(table._pool).to(self.device)  # (5, capacity)
+        self.info = torch.from_numpy(table._info).to(self.device)  # (3, max_requests)
+        self.errors = torch.zeros((), dtype=_DTYPE, device=self.device)
+        self.zero = torch.zeros((), dtype=_DTYPE, device=self.device)
+        self.ramp = torch.arange(0, dtype=_DTYPE, device=self.device)
+
+    def check_device(self, device: Any) -> None:
+        if device is not None and not _same_device(torch.device(device), self.device):
+            raise MRopeError(f"tensors are on {device}, the table's device copy is on {self.device}")
+
+    # -- admission (host to device) ---------------------------------------------------------------
+    def sync(self, pool: np.ndarray, info: np.ndarray, lo: int, hi: int, column: int) -> None:
+        """Copy pool slots ``lo:hi`` and one info column from the host table."""
+        self.pool[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool[:, lo:hi])))
+        self.info[:, column].copy_(torch.from_numpy(np.ascontiguousarray(info[:, column])))
+
+    def sync_all(self, pool: np.ndarray, info: np.ndarray) -> None:
+        """Copy the whole pool (after compaction; reallocated if it grew) and all info."""
+        if tuple(self.pool.shape) == pool.shape:
+            self.pool.copy_(torch.from_numpy(pool))
+        else:
+            self.pool = torch.from_numpy(pool).to(self.device)
+        self.info.copy_(torch.from_numpy(info))
+
+    def check(self) -> None:
+        """Raise :class:`MRopeError` if a step since the last check had bad input (synchronizes)."""
+        count = int(self.errors.item())
+        if count:
+            self.errors.zero_()
+            raise MRopeError(
+                f"{count} request(s) of device-path steps had bad input (a row holding no request, "
+                "a negative count, an index inside the prompt for decode(), or a position reaching "
+                "max_position); their columns were written as 0"
+            )
+
+    # -- each step --------------------------------------------------------------------------------
+    def fill(
+        self, out: torch.Tensor, rows: Any, num_computed: Any, num_scheduled: Any, num_tokens: int | None
+    ) -> int:
+        """:meth:`PositionTable.fill` on device tensors; ``num_tokens`` (host int) is required.
+
+        ``num_tokens`` may exceed ``sum(num_scheduled)`` (a fixed capacity, e.g. for a CUDA graph):
+        the columns past the real tokens get 0. It must not be smaller.
+        """
+        if not isinstance(num_tokens, (int, np.integer)) or isinstance(num_tokens, bool) or num_tokens < 0:
+            raise MRopeError(
+                f"num_tokens must be a host int >= 0 on the device path (the scheduler's N or a "
+                f"fixed capacity), got {num_tokens!r}"
+            )
+        num = int(num_tokens)
+        self._check_out(out, num)
+        rows, nc, ns = (
+            self._index(rows, "rows"),
+            self._index(num_computed, "num_computed"),
+            self._index(num_scheduled, "num_scheduled"),
+        )
+        n = rows.shape[0]
+        if nc.shape[0] != n or ns.shape[0] != n:
+            raise MRopeError(
+                f"rows, num_computed and num_scheduled must have one length, got {n}, "
+                f"{nc.shape[0]}, {ns.shape[0]}"
+            )
+        if num == 0:
+            return 0
+        if n == 0:
+            out[:, :num].zero_()
+            return num
+        col = self._ramp(num)
+        ends = torch.cumsum(ns, 0)
+        req = torch.searchsorted(ends, col, right=True)  # request of each column; n past the real ones
+        real = req < n
+        req.clamp_(max=n - 1)
+        info, ok = self._rows_info(rows)
+        ok &= (nc >= 0) & (ns >= 0) & (nc + ns <= _MAX_INDEX)
+        key = (info[_KEY] + nc - ends + ns).index_select(0, req)
+        key += col
+        seg = torch.searchsorted(self.pool[0], key, right=True)
+        seg -= 1
+        seg.clamp_(min=0)  # keys of bad requests only
+        start, t0, hw0, width, is_text = self.pool.index_select(1, seg)
+        offset = key - start
+        quot = torch.div(offset, width, rounding_mode="floor")
+        rem = offset - quot * width
+        offset *= is_text
+        pos = torch.stack((t0 + offset, hw0 + quot, hw0 + rem + offset))
+        valid = ok.index_select(0, req)
+        if self.table.max_position is not None:
+            # per request: the last index's position if past the prompt (the prompt's were checked at add)
+            ok &= nc + ns + info[_DELTA] - 1 < self.table.max_position
+            valid = ok.index_select(0, req)
+        self.errors.add_(torch.logical_not(ok).sum())
+        valid &= real
+        torch.where(valid, pos, self.zero, out=out[:, :num])
+        return num
+
+    def decode(self, out: torch.Tensor, rows: Any, seq_lens: Any) -> int:
+        """``seq_lens - 1 + delta[rows]`` on all three rows of ``out[:, :num_reqs]``, on the device."""
+        rows, lens = self._index(rows, "rows"), self._index(seq_lens, "seq_lens")
+        n = rows.shape[0]
+        if lens.shape[0] != n:
+            raise MRopeError(f"rows and seq_lens must have one length, got {n} and {lens.shape[0]}")
+        self._check_out(out, n)
+        if n == 0:
+            return 0
+        info, ok = self._rows_info(rows)
+        index = lens - 1
+        ok &= index >= info[_PLEN]
+        pos = index + info[_DELTA]
+        if self.table.max_position is not None:
+            ok &= pos < self.table.max_position
+        self.errors.add_(torch.logical_not(ok).sum())
+        torch.where(ok.expand(3, n), pos.expand(3, n), self.zero, out=out[:, :n])
+        return n
+
+    # -- internals --------------------------------------------------------------------------------
+    def _rows_info(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Info (3, n) of ``rows`` and whether each row is live (out-of-range rows read a free column)."""
+        column = (rows + 1).clamp_(0, self.max_requests + 1)
+        info = self.info.index_select(1, column)
+        return info, info[_PLEN] != _DEAD
+
+    def _ramp(self, num: int) -> torch.Tensor:
+        if self.ramp.shape[0] < num:  # grows during warm-up, before any graph capture
+            self.ramp = torch.arange(max(num, 2 * self.ramp.shape[0]), dtype=_DTYPE, device=self.device)
+        return self.ramp[:num]
+
+    def _check_out(self, out: Any, num: int) -> None:
+        if not isinstance(out, torch.Tensor) or out.dtype != _DTYPE or out.dim() != 2 or out.shape[0] != 3:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise MRopeError(
+                f"out must be a (3, n) torch.int64 tensor, got {shape} {getattr(out, 'dtype', '')}"
+            )
+        if not _same_device(out.device, self.device):
+            raise MRopeError(f"out is on {out.device}, the table's device copy is on {self.device}")
+        if out.shape[1] < num:
+            raise MRopeError(f"out has {out.shape[1]} columns, the step needs {num}")
+
+    def _index(self, x: Any, name: str) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise MRopeError(
+                f"{name} must be a torch tensor on {self.device} on the device path, got {type(x).__name__}"
+            )
+        if x.dim() != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise MRopeError(
+                f"{name} must be a 1-D integer tensor, got shape {tuple(x.shape)} dtype {x.dtype}"
+            )
+        if not _same_device(x.device, self.device):
+            raise MRopeError(f"{name} is on {x.device}, the table's device copy is on {self.device}")
+        return x if x.dtype == _DTYPE else x.to(_DTYPE)

@@ -1,0 +1,129 @@
+"""Bad input to PositionTable raises MRopeError and changes nothing: not the table, not ``out``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _engine import family
+
+from mrope import MRopeError
+from mrope.serving import PositionTable
+from strategies import Image, Video, build_prompt, text
+
+
+def _snapshot(table: PositionTable) -> list[np.ndarray]:
+    return [a.copy() for a in (table._pool, table._info, table._base, table._slots)] + [np.array(table._top)]
+
+
+@pytest.fixture
+def table() -> PositionTable:
+    fam = family("qwen2_vl")
+    t = PositionTable(4, max_position=1000)
+    p = build_prompt(fam, [text(3), Image(2, 2), text(2)])
+    t.add(0, fam, p.input_ids, **p.kwargs())
+    t.add(2, fam, text(7))
+    return t
+
+
+def _unchanged(table: PositionTable, call, match: str) -> None:
+    before = _snapshot(table)
+    with pytest.raises(MRopeError, match=match):
+        call()
+    for a, b in zip(before, _snapshot(table), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+FILL_CASES = {
+    "never added": (([1], [0], [1]), r"rows\[0\] = 1 holds no request"),
+    "out of range": (([0, 4], [0, 0], [1, 1]), r"rows\[1\] = 4 is out of range"),
+    "negative row": (([-1], [8], [1]), r"rows\[0\] = -1 is out of range"),
+    "negative scheduled": (([0, 2], [0, 7], [3, -1]), r"num_scheduled\[1\] = -1"),
+    "negative computed": (([0], [-2], [1]), r"num_computed\[0\] = -2"),
+    "lengths": (([0, 2], [0], [1, 1]), "one length"),
+    "beyond max_position": (([2], [995], [6]), "beyond max_position 1000"),
+    "decode beyond max_position": (([2, 0], [1500, 20], [1, 1]), "beyond max_position 1000"),
+    "float counts": (([0], [0.0], [1]), "must hold integers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILL_CASES))
+def test_fill_bad_input_writes_nothing(table: PositionTable, case: str) -> None:
+    (rows, nc, ns), match = FILL_CASES[case]
+    out = np.full((3, 64), -7, dtype=np.int64)
+    _unchanged(table, lambda: table.fill(out, np.array(rows), np.array(nc), np.array(ns)), match)
+    assert (out == -7).all()
+
+
+@pytest.mark.parametrize(
+    ("out", "match"),
+    [
+        (np.zeros((3, 2), dtype=np.int64), "out has 2 columns, the step needs 3"),
+        (np.zeros((3, 8), dtype=np.int32), "int64"),
+        (np.zeros((2, 8), dtype=np.int64), r"\(3, n\)"),
+        (np.zeros(8, dtype=np.int64), r"\(3, n\)"),
+        ([[0] * 8] * 3, "numpy array"),
+    ],
+)
+def test_fill_bad_out(table: PositionTable, out, match: str) -> None:
+    before = np.array(out, copy=True)
+    _unchanged(table, lambda: table.fill(out, np.array([0, 2]), np.array([0, 7]), np.array([2, 1])), match)
+    np.testing.assert_array_equal(np.asarray(out), before)
+
+
+def test_read_only_out(table: PositionTable) -> None:
+    out = np.zeros((3, 8), dtype=np.int64)
+    out.flags.writeable = False
+    _unchanged(table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "read-only")
+
+
+def test_rows_twice_removed_unknown(table: PositionTable) -> None:
+    fam = family("qwen2_vl")
+    _unchanged(table, lambda: table.add(0, fam, text(4)), "row 0 already holds a request")
+    _unchanged(table, lambda: table.add(4, fam, text(4)), r"row 4 is out of range \[0, 4\)")
+    _unchanged(table, lambda: table.remove(1), "row 1 holds no request")
+    table.remove(2)
+    _unchanged(table, lambda: table.remove(2), "row 2 holds no request")
+    out = np.full((3, 4), -7, dtype=np.int64)
+    _unchanged(
+        table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "holds no request"
+    )
+    assert (out == -7).all()
+
+
+def test_bad_prompts_change_nothing(table: PositionTable) -> None:
+    q25 = family("qwen2_5_vl")
+    p = build_prompt(q25, [text(2), Video(4, 2, 2), text(2)], [1e6])  # unbounded second_per_grid_ts
+    _unchanged(table, lambda: table.add(1, q25, p.input_ids, **p.kwargs()), "beyond max_position 1000")
+    fam = family("qwen2_vl")
+    _unchanged(
+        table, lambda: table.add(1, fam, text(3) + [151655] * 3, image_grid_thw=[[1, 4, 4]]), "placeholder"
+    )
+    positions = np.array([[0, 1, 2], [0, 5, 2], [0, 1, 9]])
+    _unchanged(table, lambda: table.add_positions(1, positions, 0), "not text runs and vision frames")
+    _unchanged(table, lambda: table.add_positions(1, np.zeros((2, 3), dtype=np.int64), 0), r"shape \(3, L\)")
+    _unchanged(
+        table, lambda: table.add_positions(1, np.arange(5)[None].repeat(3, 0), 0.5), "delta must be an int"
+    )
+
+
+def test_device_path_shape_errors_raise_and_value_errors_are_counted(table: PositionTable) -> None:
+    """The device path checks shapes on the host; values (free rows, negative counts) cannot be checked
+    without a sync: their columns get 0 and ``check()`` raises later."""
+    out = torch.full((3, 8), -7, dtype=torch.int64)
+    rows, nc, ns = torch.tensor([0, 2]), torch.tensor([0, 7]), torch.tensor([2, 1])
+    for bad, match in (
+        (lambda: table.fill(out, rows, nc, ns), "num_tokens must be a host int"),
+        (lambda: table.fill(out, rows, nc, ns, num_tokens=9), "out has 8 columns"),
+        (lambda: table.fill(out.int(), rows, nc, ns, num_tokens=3), "int64"),
+        (lambda: table.fill(out, rows, nc[:1], ns, num_tokens=3), "one length"),
+        (lambda: table.fill(out, rows.float(), nc, ns, num_tokens=3), "integer"),
+        (lambda: table.decode(out, rows, torch.tensor([1])), "one length"),
+    ):
+        _unchanged(table, bad, match)
+        assert (out == -7).all()
+    table.fill(out, torch.tensor([0, 1, 2]), torch.tensor([0, 0, -1]), torch.tensor([2, 1, 1]), num_tokens=4)
+    assert (out[:, 2:4] == 0).all() and (out[:, 4:] == -7).all()
+    with pytest.raises(MRopeError, match="2 request"):
+        table.check()
+    table.check()  # the count was reset

@@ -1,0 +1,172 @@
+"""PositionTable.fill (numpy path, and the torch path on the CPU) against the plain reference, over
+random sequences of engine steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _engine import CONFIGS, Live, family, reference, register
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mrope.serving import PositionTable
+from strategies import Image, Video, build_prompt, prompts, text
+
+CAPACITY = 400  # columns of the step buffer; steps are kept below it
+
+
+def _prompt(data: st.DataObject, fam) -> tuple[list[int], dict]:
+    if data.draw(st.integers(0, 3), label="text only") == 0:
+        ids = data.draw(st.lists(st.integers(0, 1000), min_size=1, max_size=30), label="text ids")
+        return ids, {}
+    p = data.draw(
+        prompts(fam, max_images=2, max_videos=1, max_text=8, max_side=3, max_frames=3), label="prompt"
+    )
+    return p.input_ids, p.kwargs()
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_random_engine_steps(data: st.DataObject) -> None:
+    """Every column of every step equals the request's ``family.positions()``, then ``index + delta``;
+    the torch path writes the same; nothing past the step's columns is touched."""
+    compat = data.draw(st.sampled_from(["vllm", "transformers"]), label="compat")
+    names = data.draw(
+        st.lists(st.sampled_from(sorted(CONFIGS)), min_size=1, max_size=4, unique=True), label="fams"
+    )
+    fams = [family(n, compat) for n in names]
+    num_rows = data.draw(st.integers(1, 5), label="max_requests")
+    # a tiny pool forces compaction and growth
+    table = PositionTable(num_rows, device=torch.device("cpu"), pool_capacity=data.draw(st.integers(1, 12)))
+    live: dict[int, Live] = {}
+    buffer = np.full((3, CAPACITY + 1), -7, dtype=np.int64)
+    for _ in range(data.draw(st.integers(1, 8), label="steps")):
+        for row in range(num_rows):
+            if row not in live and data.draw(st.booleans(), label=f"admit {row}"):
+                fam = data.draw(st.sampled_from(fams), label="family")
+                ids, kwargs = _prompt(data, fam)
+                live[row] = register(
+                    table, row, fam, ids, kwargs, data.draw(st.booleans(), label="precomputed")
+                )
+        for row in sorted(live):
+            action = data.draw(
+                st.sampled_from(["run", "run", "run", "finish", "preempt"]), label=f"row {row}"
+            )
+            if action == "finish":
+                table.remove(row)
+                del live[row]
+            elif action == "preempt":  # re-add with prompt + generated tokens, recomputed from index 0
+                req = live.pop(row)
+                table.remove(row)
+                generated = max(0, req.computed - len(req.ids))
+                ids = req.ids + data.draw(
+                    st.lists(st.integers(0, 1000), min_size=generated, max_size=generated)
+                )
+                live[row] = register(table, row, req.fam, ids, req.kwargs, data.draw(st.booleans()))
+        order = data.draw(st.permutations(sorted(live)), label="order")
+        rows = order[: data.draw(st.integers(0, len(order)), label="scheduled")]
+        counts = []
+        for row in rows:
+            req = live[row]
+            left = len(req.ids) - req.computed
+            # a prefill chunk (possibly running into decode), or decode / speculative tokens
+            counts.append(
+                data.draw(st.integers(0, left + 3) if left > 0 else st.integers(0, 4), label="count")
+            )
+        expected = [
+            reference(live[r].positions, live[r].delta, live[r].computed, c)
+            for r, c in zip(rows, counts, strict=True)
+        ]
+        expected = np.concatenate([np.zeros((3, 0), dtype=np.int64), *expected], axis=1)
+        num = expected.shape[1]
+        assert num <= CAPACITY
+        rows_np, nc = (
+            np.array(rows, dtype=np.int64),
+            np.array([live[r].computed for r in rows], dtype=np.int64),
+        )
+        ns = np.array(counts, dtype=np.int64)
+        buffer.fill(-7)
+        assert table.fill(buffer[:, :CAPACITY], rows_np, nc, ns) == num
+        np.testing.assert_array_equal(buffer[:, :num], expected, err_msg=f"rows {rows}, nc {nc}, ns {ns}")
+        assert (buffer[:, num:] == -7).all()
+        # torch path: int32 inputs, a fixed capacity past the real tokens (zeros there)
+        out = torch.full((3, num + 5), -7, dtype=torch.int64)
+        extra = data.draw(st.integers(0, 3), label="padding columns")
+        as32 = (torch.from_numpy(a).to(torch.int32) for a in (rows_np, nc, ns))
+        assert table.fill(out, *as32, num_tokens=num + extra) == num + extra
+        np.testing.assert_array_equal(out[:, :num].numpy(), expected)
+        assert (out[:, num : num + extra] == 0).all() and (out[:, num + extra :] == -7).all()
+        table.check()
+        for r, c in zip(rows, counts, strict=True):
+            live[r].computed += c
+
+
+def test_decode_numpy_and_torch() -> None:
+    """``decode(out, rows, seq_lens)``: ``seq_lens - 1 + delta`` on all rows, numpy and torch alike."""
+    fam = family("qwen2_5_vl")
+    p = build_prompt(fam, [text(3), Video(4, 2, 2), text(2), Image(2, 3)], [2.5])
+    table = PositionTable(4)
+    table.add(2, fam, p.input_ids, **p.kwargs())
+    table.add(0, fam, text(5))
+    positions, delta = fam.positions(p.input_ids, **p.kwargs())
+    seq_lens = np.array([len(p.input_ids) + 1, 9])
+    expected = np.array([len(p.input_ids) + delta, 8])
+    out = np.zeros((3, 2), dtype=np.int64)
+    assert table.decode(out, np.array([2, 0]), seq_lens) == 2
+    np.testing.assert_array_equal(out, np.broadcast_to(expected, (3, 2)))
+    out_t = torch.zeros((3, 3), dtype=torch.int64)
+    assert table.decode(out_t, torch.tensor([2, 0]), torch.from_numpy(seq_lens)) == 2
+    np.testing.assert_array_equal(out_t[:, :2].numpy(), out)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("compat", ["vllm", "transformers"])
+@settings(max_examples=10)
+@given(data=st.data())
+def test_add_positions_keeps_only_segments(name: str, compat: str, data: st.DataObject) -> None:
+    """Precomputed positions are stored as segments (at most twice as many as ``add`` finds from the
+    prompt: a token where a frame meets text may start its own segment), and render the same."""
+    fam = family(name, compat)
+    p = data.draw(prompts(fam, max_side=4, max_frames=4))
+    positions, delta = fam.positions(p.input_ids, **p.kwargs())
+    a, b = PositionTable(1), PositionTable(1)
+    a.add(0, fam, p.input_ids, **p.kwargs())
+    b.add_positions(0, positions, delta)
+    length = len(p.input_ids)
+    out_a, out_b = np.empty((3, length + 3), dtype=np.int64), np.empty((3, length + 3), dtype=np.int64)
+    for t, out in ((a, out_a), (b, out_b)):
+        t.fill(out, np.array([0]), np.array([0]), np.array([length + 3]))
+    np.testing.assert_array_equal(out_a, out_b)
+    np.testing.assert_array_equal(out_a[:, :length], positions)
+    assert b.state_nbytes(0) <= 2 * a.state_nbytes(0)
+
+
+def test_state_does_not_grow_with_prompt_length() -> None:
+    """A long text prompt and a long image hold a handful of segments, not one entry per token."""
+    fam = family("qwen2_vl")
+    table = PositionTable(3)
+    table.add(0, fam, text(10))
+    table.add(1, fam, text(100_000))
+    big = build_prompt(fam, [text(50), Image(64, 64), text(50)])
+    table.add(2, fam, big.input_ids, **big.kwargs())
+    assert table.state_nbytes(0) == table.state_nbytes(1)
+    assert table.state_nbytes(2) < 300 < 3 * 8 * len(big.input_ids)
+
+
+def test_pool_compaction_keeps_requests() -> None:
+    """Filling a small pool with adds and removes compacts it; positions stay right."""
+    fam = family("qwen3_vl")
+    p = build_prompt(fam, [text(2), Video(3, 2, 2, ((1,), (2, 3), ())), text(4)])
+    positions, delta = fam.positions(p.input_ids, **p.kwargs())
+    table = PositionTable(3, pool_capacity=4)
+    for i in range(21):
+        table.add(i % 3, fam, p.input_ids, **p.kwargs())
+        if i % 3 == 2:
+            for r in range(3):
+                table.remove(r)
+    table.add(0, fam, p.input_ids, **p.kwargs())
+    out = np.empty((3, positions.shape[1] + 1), dtype=np.int64)
+    table.fill(out, np.array([0]), np.array([0]), np.array([out.shape[1]]))
+    np.testing.assert_array_equal(out[:, :-1], positions)
+    assert out[0, -1] == positions.shape[1] + delta
