@@ -263,7 +263,7 @@ class PositionTable:
         seg = np.searchsorted(self._pool[0, : self._top], key, side="right")
         seg -= 1
         fields = self._scratch_tokens(num)
-        np.take(self._pool, seg, axis=1, out=fields)
+        np.take(self._pool, seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
         start, t0, hw0, width, is_text = fields
         offset = np.subtract(key, start, out=key)
         np.divmod(offset, width, out=(start, width))
