@@ -1,0 +1,99 @@
+"""``mrope.core.place``: bases, next bases and deltas of random blocks, against the per-token reference
+``tests/_reference.py`` under both conventions."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _reference import stream_positions, temporal_index
+from mrope import MRopeError
+from mrope.core.blocks import Blocks, empty_blocks
+from mrope.core.place import COMPATS, check_compat, place
+from mrope.core.place import temporal_index as mrope_temporal_index
+from strategies import INTERVALS, Stream, streams
+
+compats = pytest.mark.parametrize("compat", COMPATS)
+
+
+@compats
+@given(stream=streams())
+def test_bases_and_deltas_match_reference(compat, stream):
+    placed = place(stream.blocks, stream.row_starts, stream.row_lengths, compat)
+    _, deltas, bases, next_bases = stream_positions(stream.rows(), compat)
+    context = f"compat={compat}: {stream.describe()}"
+    np.testing.assert_array_equal(placed.base, np.array(bases, dtype=np.int64), err_msg=f"base, {context}")
+    np.testing.assert_array_equal(
+        placed.next_base, np.array(next_bases, dtype=np.int64), err_msg=f"next_base, {context}"
+    )
+    np.testing.assert_array_equal(placed.delta, deltas, err_msg=f"delta, {context}", strict=True)
+
+
+@compats
+@given(stream=streams(padding=False))
+def test_rows_are_independent(compat, stream):
+    # each row placed alone gives the bases and delta it has in the batch
+    placed = place(stream.blocks, stream.row_starts, stream.row_lengths, compat)
+    b = stream.blocks
+    for r, (lo, n) in enumerate(zip(stream.row_starts.tolist(), stream.row_lengths.tolist(), strict=True)):
+        mine = (b.start >= lo) & (b.start < lo + n)
+        alone = Blocks(**{f: getattr(b, f)[mine] for f in b.__dataclass_fields__})
+        alone = dataclasses.replace(alone, start=alone.start - lo)
+        one = place(alone, np.array([0]), np.array([n]), compat)
+        context = f"compat={compat}, row {r}: {stream.describe()}"
+        np.testing.assert_array_equal(one.base, placed.base[mine], err_msg=context)
+        assert one.delta[0] == placed.delta[r], f"delta {one.delta[0]} alone != {placed.delta[r]}: {context}"
+
+
+@compats
+def test_no_blocks_means_delta_zero(compat):
+    placed = place(empty_blocks(), np.array([0, 5, 5]), np.array([5, 0, 3]), compat)
+    np.testing.assert_array_equal(placed.delta, np.zeros(3, dtype=np.int64), err_msg=f"compat={compat}")
+
+
+@compats
+def test_conventions_differ_only_when_time_reaches_past_space(compat):
+    # one block T=4, 1x1, interval 1: vllm resumes text at base + 4, transformers at base + 1
+    stream = Stream(np.array([0]), np.array([6]), 6, _blocks([1], [4], [1], [1], [1.0]))
+    placed = place(stream.blocks, stream.row_starts, stream.row_lengths, compat)
+    _, deltas, bases, next_bases = stream_positions(stream.rows(), compat)
+    assert placed.next_base.tolist() == next_bases, f"compat={compat}: {placed.next_base} != {next_bases}"
+    assert placed.delta.tolist() == deltas.tolist(), f"compat={compat}: {placed.delta} != {deltas}"
+    other = place(
+        stream.blocks, stream.row_starts, stream.row_lengths, "transformers" if compat == "vllm" else "vllm"
+    )
+    assert other.next_base.tolist() != placed.next_base.tolist(), "the conventions must differ here"
+
+
+@given(frame=st.integers(0, 10_000), interval=INTERVALS)
+def test_temporal_index_is_float32_truncation(frame, interval):
+    got = mrope_temporal_index(np.array([frame]), np.array([interval], dtype=np.float32))
+    assert got.tolist() == [temporal_index(frame, interval)], f"frame {frame} * interval {interval}"
+
+
+def test_temporal_index_rounds_in_float32_not_float64():
+    # 5 * float32(1.4) is 6.99999988 in float64 but rounds to 7.0 in float32, as the peers compute it
+    interval = np.float32(1.4)
+    assert int(5 * float(interval)) == 6
+    got = mrope_temporal_index(np.array([5]), np.array([interval]))
+    assert got.tolist() == [7], f"temporal_index(5, float32(1.4)) = {got}"
+
+
+def test_unknown_compat_is_refused():
+    with pytest.raises(MRopeError, match=r"compat must be one of .*'vllm'.*got 'sglang'"):
+        check_compat("sglang")
+
+
+def _blocks(start, frames, height, width, interval):
+    arr = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    t, h, w = arr(frames), arr(height), arr(width)
+    return Blocks(
+        start=arr(start),
+        frames=t,
+        height=h,
+        width=w,
+        interval=np.asarray(interval, dtype=np.float32),
+        num_tokens=t * h * w,
+    )

@@ -1,0 +1,462 @@
+"""Hypothesis strategies and prompt builders shared by mrope's tests.
+
+- :class:`Prompt` is one tokenized prompt with its grids, laid out as the family's processor lays
+  it out; :func:`build_prompt` builds one from parts (text, :class:`Image`, :class:`Video`) and
+  :func:`prompts` generates random ones for a family.
+- :func:`pad_batch` pads prompts left or right into a :class:`Batch` (ids plus attention_mask,
+  grids of all rows in row order); :func:`batches` generates them.
+- :func:`streams` generates raw core inputs (rows of text runs and vision blocks) for the core tests.
+
+Grids are drawn *after* merging (H', W') and multiplied by the family's merge size, so every grid
+is valid; layouts per family:
+
+- Qwen2-VL, Qwen2.5-VL: ``vision_start, pads * (T*H'*W'), vision_end`` for images and videos.
+- Qwen3-VL(-MoE): images the same; a video of T frames is T groups
+  ``<timestamp text> vision_start, video pads * (H'*W'), vision_end``.
+- GLM-4.1V/4.5V: images ``image_start, image pads, image_end``; a video is ``video_start``, then per
+  frame ``image_start, image pads * (H'*W'), image_end, <timestamp text>``, then ``video_end``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from mrope.core import Blocks
+
+# ids that no family treats as special
+TEXT_IDS = st.integers(0, 1000)
+# fractional and awkward second_per_grid_ts values (as the processor's float32), plus 0 and whole seconds
+# (0.7: k * 1.4 truncates differently in float32 and float64, 7 vs 6 at k = 5)
+SECONDS = (0.5, 1.3, 0.25, 2.7, 0.7, 1.0, 2.0, 0.0, 0.1, 1 / 3)
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to float32, as a Python float (what a float32 tensor holds)."""
+    return float(np.float32(x))
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image of merged size H' x W' (grid ``(1, H'*merge, W'*merge)``)."""
+
+    height: int
+    width: int
+
+
+@dataclass(frozen=True)
+class Video:
+    """A video of T frames of merged size H' x W'; ``timestamps[k]``: text ids before/after frame k
+    (families that split frames; missing entries are empty)."""
+
+    frames: int
+    height: int
+    width: int
+    timestamps: tuple[tuple[int, ...], ...] = ()
+
+    def timestamp(self, k: int) -> list[int]:
+        return list(self.timestamps[k]) if k < len(self.timestamps) else []
+
+
+Part = Sequence[int] | Image | Video
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: token ids and the grids (before merging) of its images and videos, in order."""
+
+    input_ids: list[int]
+    image_grid_thw: list[list[int]]
+    video_grid_thw: list[list[int]]
+    second_per_grid_ts: list[float] | None = None
+
+    def kwargs(self, kind: str = "list") -> dict[str, Any]:
+        """Grids and times as keyword arguments (``None`` where empty) as lists, numpy or torch.
+
+        torch: int64 grids and float32 times, as the processors produce them."""
+        out: dict[str, Any] = {
+            "image_grid_thw": self.image_grid_thw or None,
+            "video_grid_thw": self.video_grid_thw or None,
+            "second_per_grid_ts": self.second_per_grid_ts,
+        }
+        if kind == "list":
+            return out
+        if kind == "numpy":
+            dtypes = {
+                "image_grid_thw": np.int64,
+                "video_grid_thw": np.int64,
+                "second_per_grid_ts": np.float32,
+            }
+            return {k: None if v is None else np.asarray(v, dtype=dtypes[k]) for k, v in out.items()}
+        if kind == "torch":
+            import torch
+
+            dtypes = {
+                "image_grid_thw": torch.int64,
+                "video_grid_thw": torch.int64,
+                "second_per_grid_ts": torch.float32,
+            }
+            return {k: None if v is None else torch.tensor(v, dtype=dtypes[k]) for k, v in out.items()}
+        raise ValueError(f"kind must be list, numpy or torch, got {kind!r}")
+
+    def describe(self) -> str:
+        """A short summary for assertion messages (hypothesis prints the full example)."""
+        return (
+            f"L={len(self.input_ids)}, images={self.image_grid_thw}, videos={self.video_grid_thw}, "
+            f"second_per_grid_ts={self.second_per_grid_ts}"
+        )
+
+
+def layout_kind(family: Any) -> str:
+    """``"whole"`` (Qwen2/2.5-VL), ``"frames"`` (Qwen3-VL) or ``"glm"``: how the family lays out videos."""
+    if family.model_type.startswith("glm4v"):
+        return "glm"
+    if family.model_type.startswith("qwen3_vl"):
+        return "frames"
+    return "whole"
+
+
+def marker_ids(family: Any) -> dict[str, int]:
+    """The family's marker token ids (from its config, with the released defaults)."""
+    cfg = family.config
+    if layout_kind(family) == "glm":
+        return {
+            "image_start": cfg.get("image_start_token_id", 151339),
+            "image_end": cfg.get("image_end_token_id", 151340),
+            "video_start": family.video_start_token_id,
+            "video_end": family.video_end_token_id,
+        }
+    return {
+        "vision_start": cfg.get("vision_start_token_id", 151652),
+        "vision_end": cfg.get("vision_end_token_id", 151653),
+    }
+
+
+def build_prompt(
+    family: Any,
+    parts: Sequence[Part],
+    second_per_grid_ts: Sequence[float] | None = None,
+    *,
+    markers: bool = True,
+) -> Prompt:
+    """The prompt of ``parts`` as the family's processor lays it out (see the module docstring).
+
+    ``markers=False`` (Qwen2/2.5-VL only) leaves out vision_start/vision_end, so that a block can sit
+    at the very first or last index of the prompt (transformers finds blocks without markers)."""
+    kind = layout_kind(family)
+    if not markers and kind != "whole":
+        raise ValueError("markers=False is only meaningful for Qwen2-VL and Qwen2.5-VL")
+    merge = family.spatial_merge_size
+    ids: list[int] = []
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    mk = marker_ids(family)
+
+    def block(pad: int, n: int, start: int, end: int) -> None:
+        ids.extend(([start] if markers else []) + [pad] * n + ([end] if markers else []))
+
+    for part in parts:
+        if isinstance(part, Image):
+            images.append([1, part.height * merge, part.width * merge])
+            n = part.height * part.width
+            if kind == "glm":
+                block(family.image_token_id, n, mk["image_start"], mk["image_end"])
+            else:
+                block(family.image_token_id, n, mk["vision_start"], mk["vision_end"])
+        elif isinstance(part, Video):
+            videos.append([part.frames, part.height * merge, part.width * merge])
+            plane = part.height * part.width
+            if kind == "whole":
+                block(family.video_token_id, part.frames * plane, mk["vision_start"], mk["vision_end"])
+            elif kind == "frames":
+                for k in range(part.frames):
+                    ids.extend(part.timestamp(k))
+                    block(family.video_token_id, plane, mk["vision_start"], mk["vision_end"])
+            else:
+                ids.append(mk["video_start"])
+                for k in range(part.frames):
+                    block(family.image_token_id, plane, mk["image_start"], mk["image_end"])
+                    ids.extend(part.timestamp(k))
+                ids.append(mk["video_end"])
+        else:
+            ids.extend(int(i) for i in part)
+    seconds = None if second_per_grid_ts is None else [f32(s) for s in second_per_grid_ts]
+    return Prompt(ids, images, videos, seconds)
+
+
+def text(n: int, first: int = 1) -> list[int]:
+    """``n`` plain text ids (deterministic, for hand-built prompts)."""
+    return list(range(first, first + n))
+
+
+# hand-picked layouts that random prompts reach only sometimes: name -> (parts, second_per_grid_ts)
+_EDGE_LAYOUTS: dict[str, tuple[list[Part], list[float] | None]] = {
+    "image at the very start": ([Image(2, 3), text(3)], None),
+    "video at the very end": ([text(2), Video(4, 2, 2, ((7,), (8, 9)))], [0.5]),
+    "only a video": ([Video(3, 2, 2, ((5,), (), (6, 7)))], [2.7]),
+    "only an image": ([Image(1, 1)], None),
+    "only markers between blocks": (
+        [text(1), Image(2, 2), Video(5, 1, 2), Image(1, 1), Video(2, 3, 1), text(1)],
+        [1.3, 0.25],
+    ),
+    "long video of small frames": ([text(2), Video(6, 1, 1, ((1, 2),) * 6), text(3)], [0.7]),
+    "wide image after tall video": ([text(4), Video(2, 5, 1), text(1), Image(1, 6), text(2)], [0.0]),
+}
+EDGE_LAYOUTS = tuple(_EDGE_LAYOUTS)
+
+
+def edge_layout(family: Any, name: str) -> Prompt:
+    """The hand-picked layout ``name`` (one of ``EDGE_LAYOUTS``) for ``family``."""
+    parts, seconds = _EDGE_LAYOUTS[name]
+    return build_prompt(family, parts, seconds if family.uses_second_per_grid_ts else None)
+
+
+@st.composite
+def _items(draw: st.DrawFn, family: Any, max_images: int, max_videos: int, max_side: int, max_frames: int):
+    side = st.integers(1, max_side)
+    images = [Image(draw(side), draw(side)) for _ in range(draw(st.integers(0, max_images)))]
+    split = layout_kind(family) != "whole"
+    videos = []
+    for _ in range(draw(st.integers(0, max_videos))):
+        frames = draw(st.integers(1, max_frames))
+        stamps = tuple(tuple(draw(st.lists(TEXT_IDS, max_size=4))) for _ in range(frames)) if split else ()
+        videos.append(Video(frames, draw(side), draw(side), stamps))
+    return draw(st.permutations(images + videos))
+
+
+@st.composite
+def _prompts(
+    draw: st.DrawFn,
+    family: Any,
+    max_images: int,
+    max_videos: int,
+    max_text: int,
+    max_side: int,
+    max_frames: int,
+    markers: bool,
+) -> Prompt:
+    items = draw(_items(family, max_images, max_videos, max_side, max_frames))
+    runs = []
+    for i in range(len(items) + 1):
+        inner = 0 < i < len(items)
+        # without markers, same-modality neighbours need text between them to stay separate blocks
+        min_size = 1 if (inner and not markers) or not items else 0
+        # length 0 often: blocks at the very start or end, blocks with only their markers between
+        size = draw(st.one_of(st.just(min_size), st.integers(min_size, max_text)))
+        runs.append(draw(st.lists(TEXT_IDS, min_size=size, max_size=size)))
+    parts: list[Part] = [runs[0]]
+    for item, run in zip(items, runs[1:], strict=True):
+        parts += [item, run]
+    num_videos = sum(isinstance(i, Video) for i in items)
+    seconds = None
+    if family.uses_second_per_grid_ts and draw(st.integers(0, 4)) > 0:
+        value = st.one_of(st.sampled_from(SECONDS), st.floats(0, 8, width=32))
+        seconds = [draw(value) for _ in range(num_videos)]
+    return build_prompt(family, parts, seconds, markers=markers)
+
+
+def prompts(
+    family: Any,
+    *,
+    max_images: int = 4,
+    max_videos: int = 2,
+    max_text: int = 20,
+    max_side: int = 6,
+    max_frames: int = 6,
+    markers: bool = True,
+) -> st.SearchStrategy[Prompt]:
+    """Random prompts of ``family``: text runs of random length (often empty), 0-``max_images`` images
+    and 0-``max_videos`` videos in random order, merged H', W' in 1..``max_side``, T in
+    1..``max_frames`` (images T=1), random and fractional ``second_per_grid_ts`` (or ``None``) for
+    families that scale time. Never empty."""
+    return _prompts(family, max_images, max_videos, max_text, max_side, max_frames, markers)
+
+
+def text_prompts(max_text: int = 20) -> st.SearchStrategy[Prompt]:
+    """Text-only prompts (at least one token)."""
+    return st.lists(TEXT_IDS, min_size=1, max_size=max_text).map(lambda ids: Prompt(ids, [], [], None))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded prompts: ids and attention_mask (B, L) as lists, grids of all rows in row order."""
+
+    input_ids: list[list[int]]
+    attention_mask: list[list[int]]
+    image_grid_thw: list[list[int]]
+    video_grid_thw: list[list[int]]
+    second_per_grid_ts: list[float] | None
+    prompts: tuple[Prompt, ...]
+    side: str
+
+    def kwargs(self, kind: str = "list") -> dict[str, Any]:
+        """Grids and times as keyword arguments, see :meth:`Prompt.kwargs`."""
+        return Prompt([], self.image_grid_thw, self.video_grid_thw, self.second_per_grid_ts).kwargs(kind)
+
+    def real(self, row: int) -> slice:
+        """The slice of row ``row`` that holds its prompt (not padding)."""
+        n, length = len(self.prompts[row].input_ids), len(self.input_ids[row])
+        return slice(length - n, length) if self.side == "left" else slice(0, n)
+
+    def describe(self) -> str:
+        return f"{self.side}-padded batch of {[len(p.input_ids) for p in self.prompts]} tokens, " + "; ".join(
+            f"row {i}: {p.describe()}" for i, p in enumerate(self.prompts)
+        )
+
+
+def pad_batch(prompts: Sequence[Prompt], side: str = "left", *, pad_id: int = 0, extra: int = 0) -> Batch:
+    """Pad ``prompts`` on ``side`` to the longest plus ``extra``; mask 1 on real tokens.
+
+    Grids are concatenated in row order. ``second_per_grid_ts`` is ``None`` if no prompt has it, else
+    one value per video (1.0, the peers' default, for prompts without it)."""
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be left or right, got {side!r}")
+    length = max(len(p.input_ids) for p in prompts) + extra
+    ids, mask = [], []
+    for p in prompts:
+        pad = length - len(p.input_ids)
+        real = [1] * len(p.input_ids)
+        if side == "left":
+            ids.append([pad_id] * pad + p.input_ids)
+            mask.append([0] * pad + real)
+        else:
+            ids.append(p.input_ids + [pad_id] * pad)
+            mask.append(real + [0] * pad)
+    seconds = None
+    if any(p.second_per_grid_ts is not None for p in prompts):
+        seconds = [s for p in prompts for s in (p.second_per_grid_ts or [1.0] * len(p.video_grid_thw))]
+    return Batch(
+        ids,
+        mask,
+        [g for p in prompts for g in p.image_grid_thw],
+        [g for p in prompts for g in p.video_grid_thw],
+        seconds,
+        tuple(prompts),
+        side,
+    )
+
+
+@st.composite
+def _batches(draw: st.DrawFn, family: Any, max_rows: int, prompt: st.SearchStrategy[Prompt]) -> Batch:
+    rows = draw(st.lists(st.one_of(prompt, text_prompts()), min_size=1, max_size=max_rows))
+    # padding that reads as a placeholder must be ignored by the mask
+    pads = [0, family.image_token_id] + ([family.video_token_id] if hasattr(family, "video_token_id") else [])
+    return pad_batch(
+        rows,
+        draw(st.sampled_from(["left", "right"])),
+        pad_id=draw(st.sampled_from(pads)),
+        extra=draw(st.integers(0, 2)),
+    )
+
+
+def batches(family: Any, *, max_rows: int = 3, **prompt_options: Any) -> st.SearchStrategy[Batch]:
+    """Random left- or right-padded batches of 1-``max_rows`` rows, prompts of :func:`prompts` mixed
+    with text-only rows; the pad id is sometimes a placeholder id."""
+    return _batches(family, max_rows, prompts(family, max_images=2, max_videos=1, **prompt_options))
+
+
+# -- core inputs ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stream:
+    """Core input: rows ``[row_starts[r], row_starts[r] + row_lengths[r])`` of a stream of ``length``
+    tokens (padding may lie between, before and after rows) and their vision blocks, sorted by start."""
+
+    row_starts: np.ndarray
+    row_lengths: np.ndarray
+    length: int
+    blocks: Blocks
+
+    def rows(self) -> list[tuple[int, list[tuple[int, int, int, int, float]]]]:
+        """Per row: (length, [(start within row, frames, height, width, interval)]), for the reference."""
+        out = []
+        b = self.blocks
+        for lo, n in zip(self.row_starts.tolist(), self.row_lengths.tolist(), strict=True):
+            mine = [
+                (
+                    int(b.start[i]) - lo,
+                    int(b.frames[i]),
+                    int(b.height[i]),
+                    int(b.width[i]),
+                    float(b.interval[i]),
+                )
+                for i in range(b.start.size)
+                if lo <= b.start[i] < lo + n
+            ]
+            out.append((n, mine))
+        return out
+
+    def describe(self) -> str:
+        """A short summary for assertion messages."""
+        b = self.blocks
+        grids = list(zip(b.frames.tolist(), b.height.tolist(), b.width.tolist(), strict=True))
+        return (
+            f"rows at {self.row_starts.tolist()} of lengths {self.row_lengths.tolist()} in {self.length}, "
+            f"blocks at {b.start.tolist()} (T, H', W') {grids} intervals {b.interval.tolist()}"
+        )
+
+    def row_mask(self) -> np.ndarray:
+        """(length,) bool: True on tokens inside a row."""
+        mask = np.zeros(self.length, dtype=bool)
+        for lo, n in zip(self.row_starts.tolist(), self.row_lengths.tolist(), strict=True):
+            mask[lo : lo + n] = True
+        return mask
+
+
+INTERVALS = st.one_of(
+    st.sampled_from([1.0, 0.0, 0.5, 2.0, 2.6, 5.4, 0.25, 1 / 3, 1.4]), st.floats(0, 20, width=32)
+)
+
+
+@st.composite
+def streams(
+    draw: st.DrawFn,
+    *,
+    max_rows: int = 3,
+    max_blocks: int = 4,
+    max_text: int = 6,
+    max_side: int = 5,
+    max_frames: int = 5,
+    padding: bool = True,
+) -> Stream:
+    """Random core inputs: 1-``max_rows`` rows (possibly empty), each text runs (often empty) around
+    0-``max_blocks`` blocks of any T, H', W' and float32 interval; with ``padding``, 0-3 padding
+    tokens before each row and after the last."""
+    pad = st.integers(0, 3) if padding else st.just(0)
+    run = st.one_of(st.just(0), st.integers(0, max_text))
+    side = st.integers(1, max_side)
+    starts, frames, heights, widths, intervals = [], [], [], [], []
+    row_starts, row_lengths = [], []
+    pos = 0
+    for _ in range(draw(st.integers(1, max_rows))):
+        pos += draw(pad)
+        row_starts.append(pos)
+        for _ in range(draw(st.integers(0, max_blocks))):
+            pos += draw(run)
+            t, h, w = draw(st.integers(1, max_frames)), draw(side), draw(side)
+            starts.append(pos)
+            frames.append(t)
+            heights.append(h)
+            widths.append(w)
+            intervals.append(draw(INTERVALS))
+            pos += t * h * w
+        pos += draw(run)
+        row_lengths.append(pos - row_starts[-1])
+    pos += draw(pad)
+
+    def arr(values: list, dtype: Any) -> np.ndarray:
+        return np.asarray(values, dtype=dtype).reshape(-1)
+
+    frames_, heights_, widths_ = arr(frames, np.int64), arr(heights, np.int64), arr(widths, np.int64)
+    blocks = Blocks(
+        start=arr(starts, np.int64),
+        frames=frames_,
+        height=heights_,
+        width=widths_,
+        interval=arr(intervals, np.float32),
+        num_tokens=frames_ * heights_ * widths_,
+    )
+    return Stream(arr(row_starts, np.int64), arr(row_lengths, np.int64), pos, blocks)
