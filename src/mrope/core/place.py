@@ -18,6 +18,8 @@ from .._errors import MRopeError
 from .blocks import Blocks
 
 COMPATS = ("vllm", "transformers")
+# largest position mrope hands out: int32 consumers (kernels, caches) hold every position up to it
+MAX_POSITION = 2**31 - 1
 
 
 def check_compat(compat: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import MRopeError
+from ..core.place import MAX_POSITION
 from .qwen2_vl import Qwen2VL
 
 
@@ -12,7 +14,17 @@ class Qwen2_5_VL(Qwen2VL):
     settings = {**Qwen2VL.settings, "tokens_per_second": 2}
     uses_second_per_grid_ts = True
 
-    def video_interval(self, second_per_grid_ts: np.ndarray | None, num_videos: int) -> np.ndarray:
-        """``tokens_per_second * second_per_grid_ts`` rounded to float32 (1 second when not given)."""
-        seconds = np.ones(num_videos) if second_per_grid_ts is None else second_per_grid_ts
-        return (self.tokens_per_second * seconds).astype(np.float32)
+    def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray:
+        """``tokens_per_second * second_per_grid_ts`` rounded to float32 (1 second when not given).
+
+        Raises :class:`MRopeError` when a video's last time index would pass ``MAX_POSITION``."""
+        seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts
+        interval = (self.tokens_per_second * seconds).astype(np.float32)
+        reach = (videos[:, 0] - 1) * interval.astype(np.float64)
+        if reach.size and reach.max() >= MAX_POSITION:
+            i = int(reach.argmax())
+            raise MRopeError(
+                f"second_per_grid_ts[{i}] = {seconds[i]:g}: video {i}'s last frame (T = {int(videos[i, 0])}) "
+                f"would get time index {reach[i]:.3g}, past the largest position {MAX_POSITION}"
+            )
+        return interval
