@@ -22,10 +22,10 @@ def is_torch_tensor(x: Any) -> bool:
 def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
     """A numpy view (no copy where possible) of a list, numpy array or torch tensor."""
     if is_torch_tensor(x):
-        x = x.detach()
-        if x.device.type != "cpu":
-            x = x.cpu()
-        x = x.numpy()
+        try:
+            x = x.numpy()  # the common case: a CPU tensor without grad, viewed without a copy
+        except (RuntimeError, TypeError):
+            x = x.detach().cpu().numpy()
     try:
         arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as err:
@@ -62,6 +62,6 @@ def to_grid_array(x: Any, *, name: str) -> np.ndarray:
 def like_input(arr: np.ndarray, template: Any) -> Any:
     """Return ``arr`` as the template's type: a torch tensor on the template's device, or numpy."""
     if is_torch_tensor(template):
-        torch = sys.modules["torch"]
-        return torch.from_numpy(np.ascontiguousarray(arr)).to(template.device)
+        tensor = sys.modules["torch"].from_numpy(np.ascontiguousarray(arr))
+        return tensor if template.is_cpu else tensor.to(template.device)
     return arr

@@ -46,9 +46,18 @@ class Blocks:
         )
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+_NONE = _read_only(np.zeros(0, dtype=np.int64))
+_EMPTY = Blocks(_NONE, _NONE, _NONE, _NONE, _read_only(np.zeros(0, dtype=np.float32)), _NONE)
+
+
 def empty_blocks() -> Blocks:
-    z = np.zeros(0, dtype=np.int64)
-    return Blocks(z, z, z, z, np.zeros(0, dtype=np.float32), z)
+    """No blocks (shared, read-only)."""
+    return _EMPTY
 
 
 def locate_items(
@@ -69,6 +78,10 @@ def locate_items(
     Raises :class:`MRopeError` naming the item (``describe(i)``) otherwise.
     """
     found = int(placeholder_index.size)
+    if row_starts.size == 1 and 0 < tokens_per_item.size <= _FEW_ITEMS:  # one prompt: Python ints
+        start = _locate_few(placeholder_index, tokens_per_item.tolist(), found)
+        if start is not None:
+            return start
     last = tokens_per_item.cumsum()
     needed = int(last[-1]) if last.size else 0
     first = last - tokens_per_item
@@ -113,3 +126,22 @@ def locate_items(
             f"of row {r} have no grid in {grid_name} ({in_all})"
         )
     return start
+
+
+_FEW_ITEMS = 8  # up to this many items, a Python loop costs less than numpy's per-call overhead
+
+
+def _locate_few(placeholder_index: np.ndarray, tokens: list[int], found: int) -> np.ndarray | None:
+    """Item starts when every item's placeholders are consecutive and none are left over; None
+    otherwise (the vectorized path then names the first bad item)."""
+    if sum(tokens) != found:
+        return None
+    bounds, first = [], 0
+    for n in tokens:
+        bounds += (first, first + n - 1)
+        first += n
+    index = placeholder_index[bounds].tolist()
+    starts, ends = index[0::2], index[1::2]
+    if any(e - s + 1 != n for s, e, n in zip(starts, ends, tokens, strict=True)):
+        return None
+    return np.array(starts, dtype=np.int64)
