@@ -106,7 +106,8 @@ class Family:
 
         ``inputs``: the family's :attr:`extra_inputs` (Omni); other families refuse any."""
         self.check_extra_inputs(inputs)
-        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw,
+                                   second_per_grid_ts)
         if ids.size == 0:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
         return render_placed(placed, ids.size), placed.delta
@@ -116,7 +117,8 @@ class Family:
                         **inputs: Any) -> tuple[SegmentTable, np.ndarray]:
         """The segment table of a stream and each row's delta (see :meth:`stream_positions`)."""
         self.check_extra_inputs(inputs)
-        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw,
+                                   second_per_grid_ts)
         return build_segments(placed, ids.size), placed.delta
 
     def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
@@ -161,14 +163,16 @@ class Family:
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
         rows = np.array([0, ids.size], dtype=np.int64)
         positions, delta = self.stream_positions(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw,
-                                                 second_per_grid_ts, **_given(audio_seqlens, use_audio_in_video))
+                                                 second_per_grid_ts,
+                                                 **_given(audio_seqlens, use_audio_in_video))
         return positions, delta[0].item()
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
         unknown = sorted(set(inputs) - set(self.extra_inputs))
         if unknown:
-            takes = f"it takes {', '.join(self.extra_inputs)}" if self.extra_inputs else "only the Omni families do"
+            takes = (f"it takes {', '.join(self.extra_inputs)}" if self.extra_inputs
+                     else "only the Omni families do")
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
     def rotary_embedding(self, *, dtype: Any = None) -> Any:
@@ -181,19 +185,25 @@ class Family:
 
     # -- checks -------------------------------------------------------------------------------------
     def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
+        """Grids as an int64 (n, 3) array, every value > 0 and H, W divisible by the merge size."""
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids
         merge = self.spatial_merge_size
-        if grids.min() <= 0:
-            i = int((grids <= 0).any(axis=1).argmax())
-            raise MRopeError(f"{name}[{i}] = {tuple(int(g) for g in grids[i])}: every grid value must be > 0")
-        if merge > 1 and (grids[:, 1:] % merge).any():
-            i = int((grids[:, 1:] % merge).any(axis=1).argmax())
-            t, h, w = (int(g) for g in grids[i])
+        bad = None
+        if len(grids) <= 16:  # a few grids: a Python pass costs less than numpy calls on tiny arrays
+            bad = next((i for i, (t, h, w) in enumerate(grids.tolist())
+                        if min(t, h, w) <= 0 or h % merge or w % merge), None)
+        elif grids.min() <= 0 or (grids[:, 1:] % merge).any():
+            bad = int(((grids <= 0).any(axis=1) | (grids[:, 1:] % merge != 0).any(axis=1)).argmax())
+        if bad is not None:
+            t, h, w = (int(g) for g in grids[bad])
+            if min(t, h, w) <= 0:
+                raise MRopeError(f"{name}[{bad}] = {(t, h, w)}: every grid value must be > 0")
             axis, value = ("H", h) if h % merge else ("W", w)
-            raise MRopeError(f"{name}[{i}] = {(t, h, w)}: {axis}={value} is not divisible by "
-                             f"spatial_merge_size {merge}")
+            raise MRopeError(
+                f"{name}[{bad}] = {(t, h, w)}: {axis}={value} is not divisible by spatial_merge_size {merge}"
+            )
         return grids
 
     def check_second_per_grid_ts(self, seconds: Any, num_videos: int) -> np.ndarray | None:
