@@ -50,8 +50,8 @@ def get_rope_index(
         family = config if compat in (None, config.compat) else config.with_compat(compat)
     else:
         family = from_config(config, compat=compat or "vllm")
-    inputs = {k: v for k, v in (("audio_seqlens", audio_seqlens), ("use_audio_in_video", use_audio_in_video))
-              if v is not None}
+    given = (("audio_seqlens", audio_seqlens), ("use_audio_in_video", use_audio_in_video))
+    inputs = {name: value for name, value in given if value is not None}
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
     if batch == 0:  # nothing to place; grids must still describe no placeholders
@@ -75,8 +75,8 @@ def get_rope_index(
             stream = ids[mask]
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
-    positions, deltas = family.stream_positions(stream, row_starts, row_lengths, image_grid_thw, video_grid_thw,
-                                                second_per_grid_ts, **inputs)
+    positions, deltas = family.stream_positions(stream, row_starts, row_lengths, image_grid_thw,
+                                                video_grid_thw, second_per_grid_ts, **inputs)
     if mask is None:
         position_ids = positions.reshape(3, batch, length)
     elif stream.size == mask.size:

@@ -165,6 +165,74 @@ def qwen3_video_batch() -> CaseSetup:
                        [{"image_grid_thw": images, "video_grid_thw": videos}] * 4)
 
 
+@case("e")
+def ernie_video() -> CaseSetup:
+    """Ernie-4.5-VL, one video of grid 32x28x52 (16 temporal steps after the merge of 2) in text."""
+    rng = np.random.default_rng(4)
+    config = peers.transformers_config("ernie4_5_vl_moe")
+    text = rng.integers(0, 100000, size=60).tolist()
+    row = (text[:20] + [config.video_start_token_id] + [config.video_token_id] * (16 * 14 * 26)
+           + [config.video_end_token_id] + text[20:])
+    grids = {"video_grid_thw": np.array([[32, 28, 52]])}
+    return _batch_case("(e) Ernie-4.5-VL, 1 video (32x28x52)", "ernie4_5_vl_moe", [row], {}, grids, [grids])
+
+
+def _omni_case(title: str, model_type: str, with_sglang: bool, **thinker: Any) -> CaseSetup:
+    """A 60-second video with its audio (use_audio_in_video): grid 60x16x28 (2 fps, 1 s per grid step),
+    audio of feature length 6000 (100 per second), between text; transformers needs the mask."""
+    import torch
+
+    config = peers.transformers_omni_config(model_type, **thinker)
+    family = from_config(config, compat="vllm")
+    seqlen = 6000
+    num_video, num_audio = 60 * 8 * 14, int(family.audio_tokens(np.array([seqlen]))[0])
+    rng = np.random.default_rng(5)
+    text = rng.integers(0, 150000, size=40).tolist()
+    vision_start, audio_start = family.vision_start_token_id, family.audio_start_token_id
+    row = (text[:25] + [vision_start, audio_start] + [family.video_token_id] * num_video
+           + [family.audio_token_id] * num_audio + [audio_start + 1, vision_start + 1] + text[25:])
+    ids = torch.tensor([row])
+    mask = torch.ones_like(ids)
+    inputs = {"video_grid_thw": np.array([[60, 16, 28]]), "audio_seqlens": np.array([seqlen]),
+              "second_per_grid_ts": np.array([1.0], dtype=np.float32)}
+    inputs_t = {k: torch.from_numpy(v) for k, v in inputs.items()}
+
+    def mrope_batch() -> Any:
+        return get_rope_index(family, ids, attention_mask=mask, use_audio_in_video=True, **inputs_t)
+
+    def transformers_batch() -> Any:
+        return peers.transformers_rope_index(family, config, ids, attention_mask=mask,
+                                             use_audio_in_video=True, **inputs_t)
+
+    def sglang_row() -> Any:
+        return peers.sglang_rope_index(family, ids, use_audio_in_video=True, **inputs_t)
+
+    array_ids = np.array(row)
+    providers: dict[str, Callable[[], Any]] = {
+        "mrope get_rope_index": mrope_batch,
+        "mrope family.positions": lambda: family.positions(array_ids, use_audio_in_video=True, **inputs),
+        "transformers": transformers_batch,
+    }
+    checks = {"transformers": (mrope_batch, transformers_batch)}
+    if with_sglang:
+        providers["sglang"] = sglang_row
+        checks["sglang"] = (mrope_batch, sglang_row)
+    return CaseSetup(title=title, num_tokens=len(row), providers=providers, checks=checks)
+
+
+@case("f")
+def qwen2_5_omni_video_with_audio() -> CaseSetup:
+    """Qwen2.5-Omni, a 60 s video with its audio (chunked interleave). SGLang has no Qwen2.5-Omni code."""
+    return _omni_case("(f) Qwen2.5-Omni, 60 s video with audio", "qwen2_5_omni", with_sglang=False)
+
+
+@case("g")
+def qwen3_omni_video_with_audio() -> CaseSetup:
+    """Qwen3-Omni (position_id_per_seconds 13, as the checkpoints), a 60 s video with its audio."""
+    return _omni_case("(g) Qwen3-Omni, 60 s video with audio", "qwen3_omni_moe", with_sglang=True,
+                      position_id_per_seconds=13)
+
+
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))

@@ -10,7 +10,7 @@ import numpy as np
 from .._errors import MRopeError
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Blocks:
     """The vision blocks of a token stream, sorted by ``start``; all arrays have shape (num_blocks,).
 

@@ -28,7 +28,7 @@ def check_compat(compat: str) -> str:
     return compat
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Placed:
     """Blocks with their bases, plus each row's delta (``max(positions) + 1 - row length``)."""
 

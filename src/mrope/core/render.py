@@ -31,7 +31,7 @@ from .place import FEW_BLOCKS, Placed, temporal_index
 _FIELDS = ("start", "t0", "hw0", "width", "is_text")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SegmentTable:
     """Segments sorted by start, as a (5, num_segments) int64 array of rows ``_FIELDS``.
 

@@ -13,14 +13,26 @@ from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
 from .paddleocr_vl import PaddleOCRVL
+from .qwen2_5_omni import Qwen2_5Omni
 from .qwen2_5_vl import Qwen2_5_VL
 from .qwen2_vl import Qwen2VL
 from .qwen3_5 import Qwen3_5
+from .qwen3_omni import Qwen3Omni
 from .qwen3_vl import Qwen3VL
 
 FAMILIES: tuple[type[Family], ...] = (
-    Qwen2VL, Qwen2_5_VL, Qwen3VL, Glm4V,
-    Qwen3_5, Cosmos3, CohereCompass, PaddleOCRVL, Glm46V, Ernie4_5_VL,
+    Qwen2VL,
+    Qwen2_5_VL,
+    Qwen3VL,
+    Glm4V,
+    Qwen3_5,
+    Cosmos3,
+    CohereCompass,
+    PaddleOCRVL,
+    Glm46V,
+    Ernie4_5_VL,
+    Qwen2_5Omni,
+    Qwen3Omni,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
 # sub-configs that from_config descends into, in order, when the config has them
@@ -65,7 +77,9 @@ def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Famil
     model_type = cfg.get("model_type")
     cls = REGISTRY.get(model_type)
     if cls is None:
-        raise MRopeError(f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}")
+        raise MRopeError(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
+        )
     settings = {**cls.read_settings(cfg), **overrides}
     return cls(model_type, compat=compat, config=cfg, **settings)
 

@@ -25,13 +25,29 @@ class Ernie4_5_VL(Qwen2VL):
         bad = np.flatnonzero(videos[:, 0] % merge != 0)
         if bad.size:
             i = int(bad[0])
-            raise MRopeError(f"video_grid_thw[{i}] = {tuple(int(g) for g in videos[i])}: T={int(videos[i, 0])} is "
-                             f"not divisible by temporal_merge_size {merge}")
+            raise MRopeError(
+                f"video_grid_thw[{i}] = {tuple(int(g) for g in videos[i])}: T={int(videos[i, 0])} is "
+                f"not divisible by temporal_merge_size {merge}"
+            )
         merged = videos.copy()
         merged[:, 0] //= merge
-        return Blocks.concat([
-            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_starts, row_lengths,
-                               what="image", grid_name="image_grid_thw"),
-            self.vision_blocks((ids == self.video_token_id).nonzero()[0], merged, row_starts, row_lengths,
-                               what="video", grid_name="video_grid_thw"),
-        ])
+        return Blocks.concat(
+            [
+                self.vision_blocks(
+                    (ids == self.image_token_id).nonzero()[0],
+                    images,
+                    row_starts,
+                    row_lengths,
+                    what="image",
+                    grid_name="image_grid_thw",
+                ),
+                self.vision_blocks(
+                    (ids == self.video_token_id).nonzero()[0],
+                    merged,
+                    row_starts,
+                    row_lengths,
+                    what="video",
+                    grid_name="video_grid_thw",
+                ),
+            ]
+        )

@@ -14,10 +14,12 @@ class Qwen2_5_VL(Qwen2VL):
     settings = {**Qwen2VL.settings, "tokens_per_second": 2}
     uses_second_per_grid_ts = True
 
-    def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray:
+    def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:
         """``tokens_per_second * second_per_grid_ts`` rounded to float32 (1 second when not given).
 
         Raises :class:`MRopeError` when a video's last time index would pass ``MAX_POSITION``."""
+        if len(videos) == 0:
+            return 1.0
         seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts
         interval = (self.tokens_per_second * seconds).astype(np.float32)
         reach = (videos[:, 0] - 1) * interval.astype(np.float64)

@@ -1,0 +1,367 @@
+"""What the Omni thinkers (Qwen2.5-Omni, Qwen3-Omni) share: audio inputs, the item parser, the table.
+
+An Omni prompt is text plus *items*, each a start marker, placeholder tokens and an end marker:
+
+- image: ``vision_start, image pads, vision_end``;
+- video: ``vision_start, video pads, vision_end``;
+- audio: ``audio_start, audio pads, audio_end``;
+- video with its audio (``use_audio_in_video``): ``vision_start, audio_start, <video and audio pads
+  interleaved>, audio_end, vision_end``.
+
+Items are found from their start markers (vectorized); the parser checks every item's placeholder
+counts against its grid or audio length, then each family places the items with a loop over items
+(never over tokens or frames) and writes a :class:`~mrope.core.SegmentTable` with an ``origin`` row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._backends import to_int_array
+from .._errors import MRopeError
+from ..core import SegmentTable, render_all
+from ..core.render import _FIELDS
+from ._base import Family
+
+IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Items:
+    """The items of a stream in stream order; every array has shape (num_items,), int64."""
+
+    kind: np.ndarray  # IMAGE, VIDEO, AUDIO or AUDIO_IN_VIDEO
+    bos: np.ndarray  # stream index of the (first) start marker
+    content: np.ndarray  # stream index of the first placeholder
+    row: np.ndarray
+    grid: np.ndarray  # row of image_grid_thw (images) or video_grid_thw (videos), else -1
+    audio: np.ndarray  # index into audio_seqlens, else -1
+    num_vision: np.ndarray  # vision placeholders (T * H' * W')
+    num_audio: np.ndarray  # audio placeholders
+
+
+class SegmentBuilder:
+    """Collects segments (rows ``_FIELDS`` plus ``origin``) and assembles the table.
+
+    ``dtype`` is int64, or float64 holding float32 values (Qwen3-Omni)."""
+
+    def __init__(self, dtype: type) -> None:
+        self.dtype = dtype
+        self.parts: list[np.ndarray] = []
+
+    def add(self, start: Any, t0: Any, hw0: Any, width: Any, is_text: int, origin: Any = None) -> None:
+        """Segments (scalars or equal-length arrays) starting at stream index ``start``."""
+        start = np.atleast_1d(np.asarray(start, dtype=np.int64))
+        if not start.size:
+            return
+        part = np.empty((len(_FIELDS) + 1, start.size), dtype=self.dtype)
+        part[0] = start
+        part[1] = t0
+        part[2] = hw0
+        part[3] = width
+        part[4] = is_text
+        part[5] = start if origin is None else origin
+        self.parts.append(part)
+
+    def text(self, start: int, base: Any, origin: Any = None) -> None:
+        """A text-like run from ``start``: ``base + o`` on all rows, ``o`` counted from ``origin``."""
+        self.add(start, base, base, 1, 1, origin)
+
+    def table(self, length: int) -> SegmentTable:
+        """The table over a stream of ``length`` tokens; the first segment reaches back to index 0."""
+        if not self.parts or min(int(p[0].min()) for p in self.parts) > 0:
+            self.text(0, 0)
+        data = np.concatenate(self.parts, axis=1)
+        data = data[:, data[0].argsort(kind="stable")]
+        return SegmentTable(np.ascontiguousarray(data), length)
+
+
+class OmniFamily(Family):
+    """Shared settings, audio inputs and parsing of the Omni thinkers; subclasses place the items."""
+
+    settings = {
+        "image_token_id": None,
+        "video_token_id": None,
+        "audio_token_id": None,
+        "vision_start_token_id": 151652,
+        "audio_start_token_id": None,
+        "spatial_merge_size": None,
+        "position_id_per_seconds": None,
+    }
+    extra_inputs = ("audio_seqlens", "use_audio_in_video")
+    uses_second_per_grid_ts = True
+    # Qwen2.5-Omni's to_dict() names the ids *_token_index
+    aliases: ClassVar[dict[str, str]] = {
+        "image_token_index": "image_token_id",
+        "video_token_index": "video_token_id",
+        "audio_token_index": "audio_token_id",
+    }
+
+    @classmethod
+    def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Settings from the thinker config: top level, ``vision_config``, then ``audio_config``."""
+        found = super().read_settings(config)
+        for alias, name in cls.aliases.items():
+            if name not in found and config.get(alias) is not None:
+                found[name] = config[alias]
+        audio = config.get("audio_config") or {}
+        for name in cls.settings:
+            if name not in found and audio.get(name) is not None:
+                found[name] = audio[name]
+        return found
+
+    # -- audio ----------------------------------------------------------------------------------------
+    def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
+        """Placeholder tokens of audios of feature lengths ``seqlens`` (the encoder's output lengths)."""
+        raise NotImplementedError
+
+    def check_audio_seqlens(self, audio_seqlens: Any) -> np.ndarray:
+        """Audio placeholder counts (num_audios,) from feature lengths; refuses negative lengths and
+        lengths that give no audio token."""
+        if audio_seqlens is None:
+            return np.zeros(0, dtype=np.int64)
+        seqlens = to_int_array(audio_seqlens, name="audio_seqlens", ndim=1)
+        bad = (seqlens < 0).nonzero()[0]
+        if bad.size:
+            i = int(bad[0])
+            raise MRopeError(f"audio_seqlens[{i}] = {int(seqlens[i])}: audio lengths must be >= 0")
+        tokens = self.audio_tokens(seqlens)
+        bad = (tokens <= 0).nonzero()[0]
+        if bad.size:
+            i = int(bad[0])
+            raise MRopeError(
+                f"audio_seqlens[{i}] = {int(seqlens[i])} gives {int(tokens[i])} audio tokens; an audio "
+                f"needs at least one"
+            )
+        return tokens
+
+    # -- parsing --------------------------------------------------------------------------------------
+    def find_items(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        images: np.ndarray,
+        videos: np.ndarray,
+        audio_tokens: np.ndarray,
+        use_audio_in_video: bool,
+    ) -> Items:
+        """Items of the stream from their start markers, checked against the grids and audio lengths."""
+        row_ends = row_starts + row_lengths
+        vision_start = (ids == self.vision_start_token_id).nonzero()[0]
+        audio_start = (ids == self.audio_start_token_id).nonzero()[0]
+        in_row_next = _next_in_row(vision_start, row_starts, row_ends)
+        following = np.where(in_row_next, ids[np.minimum(vision_start + 1, max(ids.size - 1, 0))], -1)
+        vision_kind = np.full(vision_start.size, -1, dtype=np.int64)
+        vision_kind[following == self.image_token_id] = IMAGE
+        vision_kind[following == self.video_token_id] = VIDEO
+        vision_kind[following == self.audio_start_token_id] = AUDIO_IN_VIDEO
+        if (vision_kind < 0).any():
+            i = int(vision_start[(vision_kind < 0).argmax()])
+            raise MRopeError(
+                f"vision_start token at stream index {i} is followed by "
+                f"{'the end of its row' if following[(vision_kind < 0).argmax()] < 0 else 'a text token'}"
+                f"; expected an image, video or audio_start token"
+            )
+        nested = np.isin(audio_start - 1, vision_start[vision_kind == AUDIO_IN_VIDEO])
+        bos = np.concatenate([vision_start, audio_start[~nested]])
+        kind = np.concatenate([vision_kind, np.full(int((~nested).sum()), AUDIO, dtype=np.int64)])
+        order = bos.argsort(kind="stable")
+        bos, kind = bos[order], kind[order]
+        row = row_starts.searchsorted(bos, side="right") - 1
+
+        is_image, is_audio_in_video = kind == IMAGE, kind == AUDIO_IN_VIDEO
+        is_video = (kind == VIDEO) | is_audio_in_video
+        has_audio = (kind == AUDIO) | is_audio_in_video
+        _check_count(
+            "image",
+            int(is_image.sum()),
+            len(images),
+            "image_grid_thw",
+            "vision_start followed by an image token",
+        )
+        _check_count(
+            "video",
+            int(is_video.sum()),
+            len(videos),
+            "video_grid_thw",
+            "vision_start followed by a video or audio_start token",
+        )
+        _check_count(
+            "audio",
+            int(has_audio.sum()),
+            len(audio_tokens),
+            "audio_seqlens",
+            "audio_start tokens, those of videos with audio included",
+        )
+        if is_audio_in_video.any() and not use_audio_in_video:
+            v = int(is_video[: int(is_audio_in_video.argmax())].sum())
+            raise MRopeError(
+                f"video {v} is followed by its audio (vision_start, audio_start) but "
+                f"use_audio_in_video is False"
+            )
+        if use_audio_in_video and (kind == VIDEO).any():
+            v = int(is_video[: int((kind == VIDEO).argmax())].sum())
+            raise MRopeError(
+                f"use_audio_in_video is True but video {v} has no audio (its vision_start is followed "
+                f"by a video token, not audio_start)"
+            )
+
+        grid = np.full(bos.size, -1, dtype=np.int64)
+        grid[is_image] = np.arange(len(images))
+        grid[is_video] = np.arange(len(videos))
+        audio = np.full(bos.size, -1, dtype=np.int64)
+        audio[has_audio] = np.arange(len(audio_tokens))
+        merge = self.spatial_merge_size
+        grids = np.zeros((bos.size, 3), dtype=np.int64)
+        grids[is_image] = images
+        grids[is_video] = videos
+        num_vision = grids.prod(axis=1) // merge**2
+        num_audio = np.where(has_audio, audio_tokens[np.maximum(audio, 0)] if audio_tokens.size else 0, 0)
+        content = bos + 1 + is_audio_in_video
+        items = Items(kind, bos, content, row, grid, audio, num_vision, num_audio)
+        self._check_contents(ids, items, row_starts, row_ends, images, videos)
+        return items
+
+    def _check_contents(
+        self,
+        ids: np.ndarray,
+        items: Items,
+        row_starts: np.ndarray,
+        row_ends: np.ndarray,
+        images: np.ndarray,
+        videos: np.ndarray,
+    ) -> None:
+        """Every item's placeholders are where its grid or audio length says, and none lies elsewhere."""
+        counts = np.zeros((3, ids.size + 1), dtype=np.int64)
+        for k, token in enumerate((self.image_token_id, self.video_token_id, self.audio_token_id)):
+            np.cumsum(ids == token, out=counts[k, 1:])
+        end = items.content + items.num_vision + items.num_audio
+        expected = np.zeros((3, items.kind.size), dtype=np.int64)
+        expected[0] = np.where(items.kind == IMAGE, items.num_vision, 0)
+        expected[1] = np.where(items.kind != IMAGE, items.num_vision, 0)
+        expected[2] = items.num_audio
+        eos = 1 + (items.kind == AUDIO_IN_VIDEO)
+        past_row = end + eos > row_ends[items.row]
+        # the end marker(s) included: a longer run of placeholders is a count error, not a missing marker
+        found = counts[:, np.minimum(end + eos, ids.size)] - counts[:, items.content]
+        wrong = past_row | (found != expected).any(axis=0)
+        names = ("image", "video", "audio")
+        if wrong.any():
+            i = int(wrong.argmax())
+            r = int(items.row[i])
+            where = f"from stream index {int(items.content[i] - row_starts[r])} of row {r}"
+            if past_row[i]:
+                raise MRopeError(
+                    f"{self.describe(items, i, images, videos)} needs "
+                    f"{int(end[i] - items.content[i])} placeholder tokens and {int(eos[i])} end "
+                    f"token(s) {where}, but the row ends first"
+                )
+            need = ", ".join(f"{int(expected[k, i])} {names[k]}" for k in range(3) if expected[k, i])
+            got = ", ".join(f"{int(found[k, i])} {names[k]}" for k in range(3) if found[k, i]) or "none"
+            raise MRopeError(
+                f"{self.describe(items, i, images, videos)} needs {need} placeholder tokens {where}, "
+                f"found {got}"
+            )
+        stray = counts[:, -1] - expected.sum(axis=1)
+        if stray.any():
+            k = int((stray != 0).argmax())
+            raise MRopeError(
+                f"{int(stray[k])} {names[k]} placeholder tokens lie outside every item (an item starts "
+                f"with vision_start or audio_start)"
+            )
+        same_row = items.row[1:] == items.row[:-1]
+        overlap = same_row & (items.bos[1:] < (end + eos)[:-1])
+        if overlap.any():
+            i = int(overlap.argmax())
+            raise MRopeError(
+                f"{self.describe(items, i, images, videos)} has no end token: the next item starts "
+                f"right after its placeholders"
+            )
+
+    def describe(self, items: Items, i: int, images: np.ndarray, videos: np.ndarray) -> str:
+        """Item ``i`` for messages, with its grid or audio length."""
+        kind, g, a = int(items.kind[i]), int(items.grid[i]), int(items.audio[i])
+        audio = f"audio {a} ({int(items.num_audio[i])} tokens)"
+        if kind == AUDIO:
+            return audio
+        grids, name = (images, "image") if kind == IMAGE else (videos, "video")
+        item = f"{name} {g} ({name}_grid_thw[{g}] = {tuple(int(x) for x in grids[g])})"
+        return f"{item} with its {audio}" if kind == AUDIO_IN_VIDEO else item
+
+    # -- the pipeline ---------------------------------------------------------------------------------
+    def place_stream(self, *args: Any, **kwargs: Any) -> Any:
+        raise MRopeError(f"{self.model_type} places audio too: use stream_segments or stream_positions")
+
+    def stream_positions(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        table, delta = self.stream_segments(
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
+        )
+        return render_all(table), delta
+
+    def stream_segments(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> tuple[SegmentTable, np.ndarray]:
+        self.check_extra_inputs(inputs)
+        images = self.check_grids(image_grid_thw, "image_grid_thw")
+        videos = self.check_grids(video_grid_thw, "video_grid_thw")
+        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+        seconds = np.ones(len(videos)) if seconds is None else seconds
+        use_audio_in_video = inputs.get("use_audio_in_video", False)
+        if not isinstance(use_audio_in_video, (bool, np.bool_)):
+            raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+        audio_tokens = self.check_audio_seqlens(inputs.get("audio_seqlens"))
+        items = self.find_items(
+            ids, row_starts, row_lengths, images, videos, audio_tokens, bool(use_audio_in_video)
+        )
+        return self.place_items(ids.size, row_starts, row_lengths, items, images, videos, seconds)
+
+    def place_items(
+        self,
+        length: int,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        items: Items,
+        images: np.ndarray,
+        videos: np.ndarray,
+        seconds: np.ndarray,
+    ) -> tuple[SegmentTable, np.ndarray]:
+        """The family's placement: the segment table of the stream and each row's delta."""
+        raise NotImplementedError
+
+    def item_grid(self, items: Items, i: int, images: np.ndarray, videos: np.ndarray) -> tuple[int, int, int]:
+        """(T, H', W') of item ``i`` (an image or a video) after the spatial merge."""
+        grids = images if items.kind[i] == IMAGE else videos
+        t, h, w = (int(x) for x in grids[items.grid[i]])
+        return t, h // self.spatial_merge_size, w // self.spatial_merge_size
+
+
+def _next_in_row(index: np.ndarray, row_starts: np.ndarray, row_ends: np.ndarray) -> np.ndarray:
+    """Whether ``index + 1`` lies in the row of ``index``."""
+    row = row_starts.searchsorted(index, side="right") - 1
+    return index + 1 < row_ends[row]
+
+
+def _check_count(what: str, found: int, given: int, name: str, how: str) -> None:
+    if found != given:
+        raise MRopeError(f"found {found} {what}s ({how}) but {name} describes {given}")

@@ -1,0 +1,151 @@
+"""Qwen2.5-Omni (thinker): audio is text-like; a video with its audio interleaves in time chunks.
+
+The rule, as transformers' ``get_rope_index`` computes it (no other convention exists: every block,
+in both ``compat`` modes, is followed by text at ``max(block) + 1``):
+
+- image and video blocks are Qwen2-VL blocks whose frame ``k`` has time index
+  ``trunc(k * second_per_grid_ts * position_id_per_seconds)`` (float32, two roundings; images: ``k *
+  position_id_per_seconds``);
+- an audio of feature length ``L`` has ``((L - 1) // 2 + 1 - 2) // 2 + 1`` tokens, positioned like text;
+- a video with its audio: both start at the same base; the two start markers share one position, the
+  video and audio tokens alternate in chunks of ``position_id_per_seconds * seconds_per_chunk`` time
+  units (video chunk, then audio chunk), and the two end markers share the position after the *last
+  chunk's* maximum. A chunk boundary may fall inside a frame (transformers' chunker takes at most one
+  boundary per token), which the table's ``origin`` row expresses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..core import SegmentTable
+from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily, SegmentBuilder
+
+
+class Qwen2_5Omni(OmniFamily):
+    model_types = ("qwen2_5_omni", "qwen2_5_omni_thinker")
+    settings = {**OmniFamily.settings, "seconds_per_chunk": None}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.tokens_per_chunk = int(self.position_id_per_seconds * self.seconds_per_chunk)
+        if self.tokens_per_chunk <= 0:
+            raise MRopeError(
+                f"position_id_per_seconds * seconds_per_chunk must be >= 1, got "
+                f"{self.position_id_per_seconds} * {self.seconds_per_chunk}"
+            )
+
+    def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
+        return ((seqlens - 1) // 2 + 1 - 2) // 2 + 1
+
+    def time_index(self, kind: int, frames: int, seconds: float) -> np.ndarray:
+        """Time index of each frame (int64), as transformers computes it."""
+        if kind == IMAGE:
+            return (np.arange(frames) * self.position_id_per_seconds).astype(np.int64)
+        scaled = np.arange(frames, dtype=np.float32) * np.float32(seconds)
+        return (scaled * np.float32(self.position_id_per_seconds)).astype(np.int64)
+
+    def place_items(
+        self,
+        length: int,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        items: Items,
+        images: np.ndarray,
+        videos: np.ndarray,
+        seconds: np.ndarray,
+    ) -> tuple[SegmentTable, np.ndarray]:
+        out = SegmentBuilder(np.int64)
+        delta = np.zeros(row_starts.size, dtype=np.int64)
+        vision = (items.kind != AUDIO).nonzero()[0]  # audio alone is text-like: it breaks no segment
+        bare = np.ones(row_starts.size, dtype=bool)
+        bare[items.row[vision]] = False
+        out.text(row_starts[bare], 0)  # rows of text (and audio) only: delta 0
+        row_of = items.row[vision].tolist()
+        for n, i in enumerate(vision.tolist()):
+            r = row_of[n]
+            if n == 0 or row_of[n - 1] != r:  # a new row: text from its start, at position 0
+                text_start, cur, row_max = int(row_starts[r]), 0, -1
+            kind, content = int(items.kind[i]), int(items.content[i])
+            frames, height, width = self.item_grid(items, i, images, videos)
+            t = self.time_index(kind, frames, seconds[items.grid[i]] if kind != IMAGE else 1.0)
+            plane = height * width
+            if kind == AUDIO_IN_VIDEO:
+                bos = int(items.bos[i])
+                out.text(text_start, cur)
+                cur += bos - text_start  # both start markers at cur
+                out.text(bos + 1, cur)
+                base = cur + 1
+                last_max, block_max, end = self._audio_in_video(
+                    out, content, base, t, height, width, int(items.num_audio[i])
+                )
+                out.text(end, last_max + 1)  # both end markers at last_max + 1
+                text_start, cur = end + 1, last_max + 1
+            else:
+                out.text(text_start, cur)
+                base = cur + content - text_start
+                start = content + np.arange(frames) * plane
+                out.add(start, base + t, base, width, 0)
+                block_max = base + max(int(t[-1]), height - 1, width - 1)
+                text_start, cur = content + frames * plane, block_max + 1
+            row_max = max(row_max, block_max)
+            if n + 1 == len(row_of) or row_of[n + 1] != r:  # the row's trailing text
+                row_end = int(row_starts[r] + row_lengths[r])
+                out.text(text_start, cur)
+                row_max = max(row_max, cur + row_end - text_start - 1)
+                delta[r] = row_max + 1 - int(row_lengths[r])
+        return out.table(length), delta
+
+    def _audio_in_video(
+        self,
+        out: SegmentBuilder,
+        content: int,
+        base: int,
+        t: np.ndarray,
+        height: int,
+        width: int,
+        num_audio: int,
+    ) -> tuple[int, int, int]:
+        """Segments of a video interleaved with its audio from stream index ``content``.
+
+        Returns the last chunk's maximum, the block's maximum and the stream index of the end markers."""
+        frames, plane = t.size, height * width
+        num_video = frames * plane
+        per_chunk = self.tokens_per_chunk
+        video_cuts = _chunk_cuts(lambda x: plane * t.searchsorted(x), num_video, int(t[-1]), per_chunk)
+        audio_cuts = _chunk_cuts(lambda x: x, num_audio, num_audio - 1, per_chunk)
+        video_begin = np.concatenate([[0], video_cuts])
+        audio_begin = np.concatenate([[0], audio_cuts])
+        chunks = max(video_begin.size, audio_begin.size)
+        sizes = np.zeros((chunks, 2), dtype=np.int64)  # per chunk: video tokens, then audio tokens
+        sizes[: video_begin.size, 0] = np.diff(video_begin, append=num_video)
+        sizes[: audio_begin.size, 1] = np.diff(audio_begin, append=num_audio)
+        stream = content + np.concatenate([[0], sizes.reshape(-1).cumsum()[:-1]]).reshape(chunks, 2)
+        # video: one segment per frame piece between frame starts and chunk starts
+        cuts = np.union1d(np.arange(frames) * plane, video_begin)
+        chunk = video_begin.searchsorted(cuts, side="right") - 1
+        start = stream[chunk, 0] + cuts - video_begin[chunk]
+        frame = cuts // plane
+        out.add(start, base + t[frame], base, width, 0, origin=start - (cuts - frame * plane))
+        audio_stream = stream[: audio_begin.size, 1]
+        out.text(audio_stream, base + audio_begin)
+        video_max = base + max(int(t[-1]), height - 1, width - 1)
+        audio_max = base + num_audio - 1
+        last_max = audio_max if audio_begin.size == chunks else video_max
+        return last_max, max(video_max, audio_max), content + num_video + num_audio
+
+
+def _chunk_cuts(first_at_or_above, n: int, top: int, per_chunk: int) -> np.ndarray:
+    """Where transformers' ``get_chunked_index`` starts chunks 2, 3, ... of ``n`` nondecreasing values.
+
+    Chunk ``c`` starts at the first token after the previous start whose value is ``>= c * per_chunk``
+    (one start per token at most): ``b_c = max(b_{c-1} + 1, f(c * per_chunk))`` with ``b_0 = 0``, where
+    ``f(x)`` (``first_at_or_above``) is the first token of value ``>= x``; so ``b_c = c + max(0,
+    max_{j <= c} f_j - j)``. ``top`` is the largest value."""
+    count = min(n - 1, top // per_chunk)
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    c = np.arange(1, count + 1)
+    starts = c + np.maximum.accumulate(np.maximum(first_at_or_above(c * per_chunk) - c, 0))
+    return starts[starts < n]

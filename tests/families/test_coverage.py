@@ -1,0 +1,67 @@
+"""Every model transformers ships with a ``get_rope_index`` is supported, or listed here with the reason.
+
+A new transformers release that adds a model with M-RoPE positions fails this test until the model is
+supported or added to ``KNOWN_UNSUPPORTED``.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+import mrope
+from mrope.peers import TRANSFORMERS_MODELS
+
+transformers = pytest.importorskip("transformers")
+
+KNOWN_UNSUPPORTED = {
+    "glm_image": "image generation: positions of the image tokens still to be generated are cached per "
+    "sample at prefill, deltas are 0, grids split by images_per_sample; not a Qwen-style rule",
+    "hunyuan_vl": "4 position axes (the last one an image counter), a newline column (W' + 1) per row, and "
+    "text positions that images do not shift",
+    "hy_v4_vl": "a newline column (W' + 1) per row and frame time stepping by max(H', W' + 1) on every axis",
+    "minicpmv4_7": "slices of a canvas with per-marker positions (halo and slice corners), grids given as "
+    "target sizes",
+}
+
+
+def models_with_get_rope_index() -> set[str]:
+    """Model types (module names) whose modeling file defines ``get_rope_index`` on a class."""
+    root = pathlib.Path(transformers.__file__).parent / "models"
+    found = set()
+    for path in root.glob("*/modeling_*.py"):
+        source = path.read_text()
+        if "def get_rope_index" not in source:
+            continue
+        tree = ast.parse(source)
+        if any(
+            isinstance(f, ast.FunctionDef) and f.name == "get_rope_index"
+            for c in ast.walk(tree)
+            if isinstance(c, ast.ClassDef)
+            for f in c.body
+        ):
+            found.add(path.parent.name)
+    return found
+
+
+def test_every_transformers_model_with_get_rope_index_is_covered():
+    shipped = models_with_get_rope_index()
+    assert len(shipped) >= 20, f"scan found only {sorted(shipped)}"
+    supported = set(mrope.supported_model_types())
+    missing = shipped - supported - set(KNOWN_UNSUPPORTED)
+    assert not missing, (
+        f"transformers models with get_rope_index that mrope neither supports nor lists: {missing}"
+    )
+    stale = set(KNOWN_UNSUPPORTED) & supported
+    assert not stale, f"listed as unsupported but supported: {stale}"
+    gone = set(KNOWN_UNSUPPORTED) - shipped
+    assert not gone, f"listed as unsupported but no longer in transformers: {gone}"
+
+
+def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
+    for model_type in mrope.supported_model_types():
+        if model_type.endswith("_thinker"):
+            continue  # reached through the top-level Omni config
+        assert model_type in TRANSFORMERS_MODELS, f"{model_type} has no transformers adapter in mrope.peers"
+        family = mrope.from_config(transformers.AutoConfig.for_model(model_type))
+        assert family.model_type in (model_type, f"{model_type}_thinker")
