@@ -56,8 +56,14 @@ def get_rope_index(
     batch, length = ids.shape
     if batch == 0:  # nothing to place; grids must still describe no placeholders
         positions, deltas = family.stream_positions(
-            ids.reshape(-1), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), image_grid_thw,
-            video_grid_thw, second_per_grid_ts, **inputs)
+            ids.reshape(-1),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            **inputs,
+        )
         empty = np.zeros((3, 0, length), dtype=positions.dtype)
         return like_input(empty, input_ids), like_input(deltas.reshape(0, 1), input_ids)
     row_starts = np.arange(batch, dtype=np.int64) * length
@@ -67,7 +73,9 @@ def get_rope_index(
         mask = _check_mask(attention_mask, ids.shape)
         row_lengths = mask.sum(axis=1)
         first = mask.argmax(axis=1)
-        contiguous = bool((mask[:, ::-1].argmax(axis=1) + first + row_lengths == length)[row_lengths > 0].all())
+        contiguous = bool(
+            (mask[:, ::-1].argmax(axis=1) + first + row_lengths == length)[row_lengths > 0].all()
+        )
         if contiguous:  # left or right padding: rows stay in place, padding is blanked and zeroed
             row_starts += first
             stream = np.where(mask, ids, -1).reshape(-1)
@@ -75,8 +83,9 @@ def get_rope_index(
             stream = ids[mask]
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
-    positions, deltas = family.stream_positions(stream, row_starts, row_lengths, image_grid_thw,
-                                                video_grid_thw, second_per_grid_ts, **inputs)
+    positions, deltas = family.stream_positions(
+        stream, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
+    )
     if mask is None:
         position_ids = positions.reshape(3, batch, length)
     elif stream.size == mask.size:

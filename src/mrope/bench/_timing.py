@@ -53,8 +53,12 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def machine_info() -> dict[str, Any]:
     import numpy as np
 
-    info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
-                            "machine": platform.machine(), "processor": platform.processor()}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+    }
     try:
         import torch
 

@@ -70,8 +70,14 @@ def _padded(rows: list[list[int]], pad_id: int = 0) -> tuple[np.ndarray, np.ndar
     return ids, mask
 
 
-def _batch_case(title: str, model_type: str, rows: list[list[int]], vision: dict[str, Any],
-                grids: dict[str, np.ndarray], sglang_grids_per_row: list[dict[str, Any]]) -> CaseSetup:
+def _batch_case(
+    title: str,
+    model_type: str,
+    rows: list[list[int]],
+    vision: dict[str, Any],
+    grids: dict[str, np.ndarray],
+    sglang_grids_per_row: list[dict[str, Any]],
+) -> CaseSetup:
     """Providers for a padded batch: mrope and transformers take the batch, SGLang each row (as engines)."""
     import torch
 
@@ -91,12 +97,14 @@ def _batch_case(title: str, model_type: str, rows: list[list[int]], vision: dict
         return peers.transformers_rope_index(hf_family, config, ids_t, attention_mask=mask_arg, **grids_t)
 
     def sglang_rows() -> list[Any]:
-        return [peers.sglang_rope_index(vllm_family, r, **g) for r, g in zip(rows_t, sg_grids)]
+        return [peers.sglang_rope_index(vllm_family, r, **g) for r, g in zip(rows_t, sg_grids, strict=True)]
 
     def mrope_rows_vllm() -> list[Any]:
         positions, deltas = mrope_batch()
         keep = mask.astype(bool)
-        return [(positions[:, i : i + 1, torch.from_numpy(keep[i])], deltas[i : i + 1]) for i in range(len(rows))]
+        return [
+            (positions[:, i : i + 1, torch.from_numpy(keep[i])], deltas[i : i + 1]) for i in range(len(rows))
+        ]
 
     providers: dict[str, Callable[[], Any]] = {"mrope get_rope_index": mrope_batch}
     if single:
@@ -109,8 +117,10 @@ def _batch_case(title: str, model_type: str, rows: list[list[int]], vision: dict
         title=title,
         num_tokens=int(mask.sum()),
         providers=providers,
-        checks={"transformers": (lambda: mrope_batch(hf_family), transformers_batch),
-                "sglang": (mrope_rows_vllm, sglang_rows)},
+        checks={
+            "transformers": (lambda: mrope_batch(hf_family), transformers_batch),
+            "sglang": (mrope_rows_vllm, sglang_rows),
+        },
     )
 
 
@@ -120,8 +130,14 @@ def single_image() -> CaseSetup:
     rng = np.random.default_rng(0)
     row = _image_prompt(rng, 300, 18 * 18, 151655)
     grids = {"image_grid_thw": np.array([[1, 36, 36]])}
-    return _batch_case("(a) Qwen2.5-VL, 300 text + 1 image (1x36x36)", "qwen2_5_vl", [row],
-                       {"tokens_per_second": 2}, grids, [grids])
+    return _batch_case(
+        "(a) Qwen2.5-VL, 300 text + 1 image (1x36x36)",
+        "qwen2_5_vl",
+        [row],
+        {"tokens_per_second": 2},
+        grids,
+        [grids],
+    )
 
 
 @case("b")
@@ -130,9 +146,14 @@ def padded_batch() -> CaseSetup:
     rng = np.random.default_rng(1)
     rows = [_image_prompt(rng, int(rng.integers(250, 351)), 18 * 18, 151655) for _ in range(64)]
     grid = np.array([[1, 36, 36]])
-    return _batch_case("(b) Qwen2.5-VL, padded batch of 64 image prompts", "qwen2_5_vl", rows,
-                       {"tokens_per_second": 2}, {"image_grid_thw": np.repeat(grid, 64, axis=0)},
-                       [{"image_grid_thw": grid}] * 64)
+    return _batch_case(
+        "(b) Qwen2.5-VL, padded batch of 64 image prompts",
+        "qwen2_5_vl",
+        rows,
+        {"tokens_per_second": 2},
+        {"image_grid_thw": np.repeat(grid, 64, axis=0)},
+        [{"image_grid_thw": grid}] * 64,
+    )
 
 
 @case("c")
@@ -140,9 +161,13 @@ def long_video() -> CaseSetup:
     """Qwen2.5-VL, one video of grid 16x36x64, second_per_grid_ts 1.0."""
     rng = np.random.default_rng(2)
     row = _image_prompt(rng, 40, 16 * 18 * 32, 151656)
-    grids = {"video_grid_thw": np.array([[16, 36, 64]]), "second_per_grid_ts": np.array([1.0], dtype=np.float32)}
-    return _batch_case("(c) Qwen2.5-VL, 1 video (16x36x64)", "qwen2_5_vl", [row], {"tokens_per_second": 2},
-                       grids, [grids])
+    grids = {
+        "video_grid_thw": np.array([[16, 36, 64]]),
+        "second_per_grid_ts": np.array([1.0], dtype=np.float32),
+    }
+    return _batch_case(
+        "(c) Qwen2.5-VL, 1 video (16x36x64)", "qwen2_5_vl", [row], {"tokens_per_second": 2}, grids, [grids]
+    )
 
 
 @case("d")
@@ -160,9 +185,14 @@ def qwen3_video_batch() -> CaseSetup:
         rows.append(row + rng.integers(0, 150000, size=int(rng.integers(10, 40))).tolist())
     images = np.repeat(np.array([[1, 24, 24]]), 4, axis=0)
     videos = np.array([[64, 16, 16]])
-    return _batch_case("(d) Qwen3-VL, 4 prompts x (64-frame video + 4 images)", "qwen3_vl", rows, {},
-                       {"image_grid_thw": np.repeat(images, 4, axis=0), "video_grid_thw": np.repeat(videos, 4, axis=0)},
-                       [{"image_grid_thw": images, "video_grid_thw": videos}] * 4)
+    return _batch_case(
+        "(d) Qwen3-VL, 4 prompts x (64-frame video + 4 images)",
+        "qwen3_vl",
+        rows,
+        {},
+        {"image_grid_thw": np.repeat(images, 4, axis=0), "video_grid_thw": np.repeat(videos, 4, axis=0)},
+        [{"image_grid_thw": images, "video_grid_thw": videos}] * 4,
+    )
 
 
 @case("e")
@@ -171,8 +201,13 @@ def ernie_video() -> CaseSetup:
     rng = np.random.default_rng(4)
     config = peers.transformers_config("ernie4_5_vl_moe")
     text = rng.integers(0, 100000, size=60).tolist()
-    row = (text[:20] + [config.video_start_token_id] + [config.video_token_id] * (16 * 14 * 26)
-           + [config.video_end_token_id] + text[20:])
+    row = (
+        text[:20]
+        + [config.video_start_token_id]
+        + [config.video_token_id] * (16 * 14 * 26)
+        + [config.video_end_token_id]
+        + text[20:]
+    )
     grids = {"video_grid_thw": np.array([[32, 28, 52]])}
     return _batch_case("(e) Ernie-4.5-VL, 1 video (32x28x52)", "ernie4_5_vl_moe", [row], {}, grids, [grids])
 
@@ -189,20 +224,30 @@ def _omni_case(title: str, model_type: str, with_sglang: bool, **thinker: Any) -
     rng = np.random.default_rng(5)
     text = rng.integers(0, 150000, size=40).tolist()
     vision_start, audio_start = family.vision_start_token_id, family.audio_start_token_id
-    row = (text[:25] + [vision_start, audio_start] + [family.video_token_id] * num_video
-           + [family.audio_token_id] * num_audio + [audio_start + 1, vision_start + 1] + text[25:])
+    row = (
+        text[:25]
+        + [vision_start, audio_start]
+        + [family.video_token_id] * num_video
+        + [family.audio_token_id] * num_audio
+        + [audio_start + 1, vision_start + 1]
+        + text[25:]
+    )
     ids = torch.tensor([row])
     mask = torch.ones_like(ids)
-    inputs = {"video_grid_thw": np.array([[60, 16, 28]]), "audio_seqlens": np.array([seqlen]),
-              "second_per_grid_ts": np.array([1.0], dtype=np.float32)}
+    inputs = {
+        "video_grid_thw": np.array([[60, 16, 28]]),
+        "audio_seqlens": np.array([seqlen]),
+        "second_per_grid_ts": np.array([1.0], dtype=np.float32),
+    }
     inputs_t = {k: torch.from_numpy(v) for k, v in inputs.items()}
 
     def mrope_batch() -> Any:
         return get_rope_index(family, ids, attention_mask=mask, use_audio_in_video=True, **inputs_t)
 
     def transformers_batch() -> Any:
-        return peers.transformers_rope_index(family, config, ids, attention_mask=mask,
-                                             use_audio_in_video=True, **inputs_t)
+        return peers.transformers_rope_index(
+            family, config, ids, attention_mask=mask, use_audio_in_video=True, **inputs_t
+        )
 
     def sglang_row() -> Any:
         return peers.sglang_rope_index(family, ids, use_audio_in_video=True, **inputs_t)
@@ -229,13 +274,17 @@ def qwen2_5_omni_video_with_audio() -> CaseSetup:
 @case("g")
 def qwen3_omni_video_with_audio() -> CaseSetup:
     """Qwen3-Omni (position_id_per_seconds 13, as the checkpoints), a 60 s video with its audio."""
-    return _omni_case("(g) Qwen3-Omni, 60 s video with audio", "qwen3_omni_moe", with_sglang=True,
-                      position_id_per_seconds=13)
+    return _omni_case(
+        "(g) Qwen3-Omni, 60 s video with audio",
+        "qwen3_omni_moe",
+        with_sglang=True,
+        position_id_per_seconds=13,
+    )
 
 
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     return np.array_equal(peers.as_numpy(a), peers.as_numpy(b))
 
 
@@ -252,14 +301,23 @@ def run(args: argparse.Namespace) -> int:
         for peer, (ours, theirs) in setup.checks.items():
             if not _equal(ours(), theirs()):
                 raise SystemExit(f"case {name}: mrope's positions differ from {peer}'s")
-        timings = {p: median_us(time_call(fn, repeats=repeats, min_seconds=0.05 if args.quick else 0.5))
-                   for p, fn in setup.providers.items()}
+        timings = {
+            p: median_us(time_call(fn, repeats=repeats, min_seconds=0.05 if args.quick else 0.5))
+            for p, fn in setup.providers.items()
+        }
         ours = timings["mrope get_rope_index"]
         fastest_peer = min(t for p, t in timings.items() if not p.startswith("mrope"))
         for provider, t in timings.items():
             rows.append([setup.title, setup.num_tokens, provider, t, t / ours])
-        results.append({"case": name, "title": setup.title, "num_tokens": setup.num_tokens,
-                        "median_us": timings, "speedup_vs_fastest_peer": fastest_peer / ours})
+        results.append(
+            {
+                "case": name,
+                "title": setup.title,
+                "num_tokens": setup.num_tokens,
+                "median_us": timings,
+                "speedup_vs_fastest_peer": fastest_peer / ours,
+            }
+        )
         print(f"case {name} done: mrope {ours:.1f} us, fastest peer {fastest_peer:.1f} us", flush=True)
     print()
     print(format_table(["case", "tokens", "provider", "median us", "x mrope"], rows))

@@ -13,8 +13,8 @@ import numpy as np
 
 from .._backends import to_grid_array, to_int_array, to_numpy
 from .._errors import MRopeError
-from ..core.blocks import empty_blocks
 from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_placed
+from ..core.blocks import empty_blocks
 from ..core.place import check_compat
 
 
@@ -34,14 +34,22 @@ class Family:
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
-    def __init__(self, model_type: str, *, compat: str = "vllm", config: Mapping[str, Any] | None = None,
-                 **settings: Any) -> None:
+    def __init__(
+        self,
+        model_type: str,
+        *,
+        compat: str = "vllm",
+        config: Mapping[str, Any] | None = None,
+        **settings: Any,
+    ) -> None:
         self.model_type = model_type
         self.compat = check_compat(compat)
         self.config = dict(config or {})
         unknown = sorted(set(settings) - set(self.settings))
         if unknown:
-            raise MRopeError(f"{model_type} takes no setting {unknown}; its settings are {sorted(self.settings)}")
+            raise MRopeError(
+                f"{model_type} takes no setting {unknown}; its settings are {sorted(self.settings)}"
+            )
         for name, default in self.settings.items():
             value = settings.get(name, default)
             if value is None:
@@ -73,14 +81,28 @@ class Family:
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}, {shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
-    def parse(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray, images: np.ndarray, videos: np.ndarray,
-              second_per_grid_ts: np.ndarray | None) -> Blocks:
+    def parse(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        images: np.ndarray,
+        videos: np.ndarray,
+        second_per_grid_ts: np.ndarray | None,
+    ) -> Blocks:
         """Vision blocks of the stream ``ids`` (see :meth:`place_stream` for the rows)."""
         raise NotImplementedError
 
     # -- shared pipeline ----------------------------------------------------------------------------
-    def place_stream(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
-                     image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any) -> Placed:
+    def place_stream(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+    ) -> Placed:
         """Check the grids, parse the stream and place its blocks.
 
         Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
@@ -91,52 +113,92 @@ class Family:
         blocks = self.parse(ids, row_starts, row_lengths, images, videos, seconds)
         return place(blocks, row_starts, row_lengths, self.compat)
 
-    def place_prompt(self, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any,
-                     second_per_grid_ts: Any) -> tuple[Placed, int]:
+    def place_prompt(
+        self, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
+    ) -> tuple[Placed, int]:
         """One prompt as a one-row stream: its placed blocks and its length."""
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
         rows = np.array([0, ids.size], dtype=np.int64)
-        placed = self.place_stream(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts)
+        placed = self.place_stream(
+            ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts
+        )
         return placed, ids.size
 
-    def stream_positions(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
-                         image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any,
-                         **inputs: Any) -> tuple[np.ndarray, np.ndarray]:
+    def stream_positions(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Positions (3, len(ids)) of a stream (rows as in :meth:`place_stream`) and each row's delta.
 
         ``inputs``: the family's :attr:`extra_inputs` (Omni); other families refuse any."""
         self.check_extra_inputs(inputs)
-        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw,
-                                   second_per_grid_ts)
+        placed = self.place_stream(
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
+        )
         if ids.size == 0:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
         return render_placed(placed, ids.size), placed.delta
 
-    def stream_segments(self, ids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray,
-                        image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any,
-                        **inputs: Any) -> tuple[SegmentTable, np.ndarray]:
+    def stream_segments(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> tuple[SegmentTable, np.ndarray]:
         """The segment table of a stream and each row's delta (see :meth:`stream_positions`)."""
         self.check_extra_inputs(inputs)
-        placed = self.place_stream(ids, row_starts, row_lengths, image_grid_thw, video_grid_thw,
-                                   second_per_grid_ts)
+        placed = self.place_stream(
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
+        )
         return build_segments(placed, ids.size), placed.delta
 
-    def segments(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
-                 second_per_grid_ts: Any = None, audio_seqlens: Any = None,
-                 use_audio_in_video: bool | None = None) -> tuple[SegmentTable, int | float]:
+    def segments(
+        self,
+        input_ids: Any,
+        *,
+        image_grid_thw: Any = None,
+        video_grid_thw: Any = None,
+        second_per_grid_ts: Any = None,
+        audio_seqlens: Any = None,
+        use_audio_in_video: bool | None = None,
+    ) -> tuple[SegmentTable, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
         The arguments are those of :meth:`positions`. Omni tables may carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.render`)."""
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
         rows = np.array([0, ids.size], dtype=np.int64)
-        table, delta = self.stream_segments(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw,
-                                            second_per_grid_ts, **_given(audio_seqlens, use_audio_in_video))
+        table, delta = self.stream_segments(
+            ids,
+            rows[:1],
+            rows[1:],
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            **_given(audio_seqlens, use_audio_in_video),
+        )
         return table, delta[0].item()
 
-    def positions(self, input_ids: Any, *, image_grid_thw: Any = None, video_grid_thw: Any = None,
-                  second_per_grid_ts: Any = None, audio_seqlens: Any = None,
-                  use_audio_in_video: bool | None = None) -> tuple[np.ndarray, int | float]:
+    def positions(
+        self,
+        input_ids: Any,
+        *,
+        image_grid_thw: Any = None,
+        video_grid_thw: Any = None,
+        second_per_grid_ts: Any = None,
+        audio_seqlens: Any = None,
+        use_audio_in_video: bool | None = None,
+    ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
         Parameters
@@ -162,17 +224,26 @@ class Family:
         """
         ids = to_int_array(input_ids, name="input_ids", ndim=1)
         rows = np.array([0, ids.size], dtype=np.int64)
-        positions, delta = self.stream_positions(ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw,
-                                                 second_per_grid_ts,
-                                                 **_given(audio_seqlens, use_audio_in_video))
+        positions, delta = self.stream_positions(
+            ids,
+            rows[:1],
+            rows[1:],
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            **_given(audio_seqlens, use_audio_in_video),
+        )
         return positions, delta[0].item()
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
         unknown = sorted(set(inputs) - set(self.extra_inputs))
         if unknown:
-            takes = (f"it takes {', '.join(self.extra_inputs)}" if self.extra_inputs
-                     else "only the Omni families do")
+            takes = (
+                f"it takes {', '.join(self.extra_inputs)}"
+                if self.extra_inputs
+                else "only the Omni families do"
+            )
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
     def rotary_embedding(self, *, dtype: Any = None) -> Any:
@@ -180,8 +251,9 @@ class Family:
         from ..rotary import rotary_embedding_from_config
 
         text_config = self.config.get("text_config") or self.config
-        return rotary_embedding_from_config(text_config, layout=self.rotary_layout,
-                                            is_neox_style=self.rotary_is_neox_style, dtype=dtype)
+        return rotary_embedding_from_config(
+            text_config, layout=self.rotary_layout, is_neox_style=self.rotary_is_neox_style, dtype=dtype
+        )
 
     # -- checks -------------------------------------------------------------------------------------
     def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
@@ -192,8 +264,14 @@ class Family:
         merge = self.spatial_merge_size
         bad = None
         if len(grids) <= 16:  # a few grids: a Python pass costs less than numpy calls on tiny arrays
-            bad = next((i for i, (t, h, w) in enumerate(grids.tolist())
-                        if min(t, h, w) <= 0 or h % merge or w % merge), None)
+            bad = next(
+                (
+                    i
+                    for i, (t, h, w) in enumerate(grids.tolist())
+                    if min(t, h, w) <= 0 or h % merge or w % merge
+                ),
+                None,
+            )
         elif grids.min() <= 0 or (grids[:, 1:] % merge).any():
             bad = int(((grids <= 0).any(axis=1) | (grids[:, 1:] % merge != 0).any(axis=1)).argmax())
         if bad is not None:
@@ -213,8 +291,10 @@ class Family:
             raise MRopeError(f"{self.model_type} does not scale video time: second_per_grid_ts must be None")
         arr = to_numpy(seconds, name="second_per_grid_ts")
         if arr.ndim != 1 or arr.shape[0] != num_videos:
-            raise MRopeError(f"second_per_grid_ts must have shape ({num_videos},), one value per video, "
-                             f"got shape {tuple(arr.shape)}")
+            raise MRopeError(
+                f"second_per_grid_ts must have shape ({num_videos},), one value per video, "
+                f"got shape {tuple(arr.shape)}"
+            )
         if arr.dtype.kind not in "iuf":
             raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
         arr = arr.astype(np.float64)
@@ -225,9 +305,18 @@ class Family:
         return arr
 
     # -- helpers for parsers ------------------------------------------------------------------------
-    def vision_blocks(self, placeholder_index: np.ndarray, grids: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray, *,
-                      what: str, grid_name: str, interval: np.ndarray | float = 1.0,
-                      frame_of: np.ndarray | None = None) -> Blocks:
+    def vision_blocks(
+        self,
+        placeholder_index: np.ndarray,
+        grids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        *,
+        what: str,
+        grid_name: str,
+        interval: np.ndarray | float = 1.0,
+        frame_of: np.ndarray | None = None,
+    ) -> Blocks:
         """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
         ``T*H*W / merge**2`` placeholder tokens. ``frame_of`` (from :func:`split_frames`) says, for
         grids split into frames, which video and frame each item is, for error messages."""
@@ -241,10 +330,18 @@ class Family:
             if frame_of is None:
                 return f"{what} {i} ({grid_name}[{i}] = {tuple(int(g) for g in grids[i])})"
             video, frame = (int(v) for v in frame_of[i])
-            return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {tuple(int(g) for g in grids[i, 1:])})"
+            hw = tuple(int(g) for g in grids[i, 1:])
+            return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {hw})"
 
-        start = locate_items(placeholder_index, num_tokens, row_starts, row_lengths, what=what, grid_name=grid_name,
-                             describe=describe)
+        start = locate_items(
+            placeholder_index,
+            num_tokens,
+            row_starts,
+            row_lengths,
+            what=what,
+            grid_name=grid_name,
+            describe=describe,
+        )
         if not isinstance(interval, np.ndarray):
             interval = np.full(start.shape, interval, dtype=np.float32)
         return Blocks(start, frames, height, width, interval, num_tokens)

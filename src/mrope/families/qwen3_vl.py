@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..core import Blocks
 from ._base import Family, split_frames
 
@@ -15,9 +13,24 @@ class Qwen3VL(Family):
 
     def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
         frames, frame_of = split_frames(videos)
-        return Blocks.concat([
-            self.vision_blocks((ids == self.image_token_id).nonzero()[0], images, row_starts, row_lengths,
-                               what="image", grid_name="image_grid_thw"),
-            self.vision_blocks((ids == self.video_token_id).nonzero()[0], frames, row_starts, row_lengths,
-                               what="video", grid_name="video_grid_thw", frame_of=frame_of),
-        ])
+        return Blocks.concat(
+            [
+                self.vision_blocks(
+                    (ids == self.image_token_id).nonzero()[0],
+                    images,
+                    row_starts,
+                    row_lengths,
+                    what="image",
+                    grid_name="image_grid_thw",
+                ),
+                self.vision_blocks(
+                    (ids == self.video_token_id).nonzero()[0],
+                    frames,
+                    row_starts,
+                    row_lengths,
+                    what="video",
+                    grid_name="video_grid_thw",
+                    frame_of=frame_of,
+                ),
+            ]
+        )
