@@ -1,6 +1,5 @@
-"""``mrope.core.render``: positions of every token (``render_all`` of the segment table,
-``render_blocks`` straight from the placed blocks, ``render_placed`` picking one) and of arbitrary
-indices (``render``), against the per-token reference ``tests/_reference.py``."""
+"""``mrope.core.render``: positions of every token (``render_all`` of the segment table) and of
+arbitrary indices (``render``), against the per-token reference ``tests/_reference.py``."""
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from hypothesis import strategies as st
 from _reference import stream_positions
 from mrope.core.blocks import Blocks
 from mrope.core.place import COMPATS, place
-from mrope.core.render import build_segments, render, render_all, render_blocks, render_placed
+from mrope.core.render import build_segments, render, render_all
 from strategies import Stream, streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
@@ -23,27 +22,18 @@ def table_of(stream: Stream, compat: str):
     return build_segments(placed, stream.length)
 
 
-RENDERERS = {
-    "render_all": lambda placed, length: render_all(build_segments(placed, length)),
-    "render_blocks": render_blocks,
-    "render_placed": render_placed,
-}
-
-
 @compats
-@pytest.mark.parametrize("renderer", RENDERERS)
 @many
 @given(stream=streams())
-def test_renderers_match_reference(compat, renderer, stream):
-    placed = place(stream.blocks, stream.row_starts, stream.row_lengths, compat)
-    positions = RENDERERS[renderer](placed, stream.length)
+def test_render_all_matches_reference(compat, stream):
+    positions = render_all(table_of(stream, compat))
     expected, _, _, _ = stream_positions(stream.rows(), compat)
     assert positions.shape == (3, stream.length) and positions.dtype == np.int64, positions.dtype
     # padding between rows gets positions the caller masks; every token inside a row is exact
     np.testing.assert_array_equal(
         positions[:, stream.row_mask()],
         expected,
-        err_msg=f"{renderer}, compat={compat}: {stream.describe()}",
+        err_msg=f"compat={compat}: {stream.describe()}",
         strict=True,
     )
 

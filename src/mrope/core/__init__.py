@@ -8,10 +8,12 @@ any token indices from that table.
 """
 
 from .blocks import Blocks, locate_items
+from .one_row import FEW_BLOCKS, render_one_row
 from .place import COMPATS, Placed, place
-from .render import SegmentTable, build_segments, render, render_all, render_blocks, render_placed
+from .render import SegmentTable, build_segments, render, render_all
 
 __all__ = [
+    "FEW_BLOCKS",
     "COMPATS",
     "Blocks",
     "Placed",
@@ -21,6 +23,5 @@ __all__ = [
     "place",
     "render",
     "render_all",
-    "render_blocks",
-    "render_placed",
+    "render_one_row",
 ]

@@ -44,17 +44,12 @@ def temporal_index(frame: np.ndarray, interval: np.ndarray) -> np.ndarray:
     return (frame.astype(np.float32) * interval).astype(np.int64)
 
 
-FEW_BLOCKS = 8  # up to this many blocks in one row, Python ints beat numpy's per-call cost
-
-
 def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str) -> Placed:
     """Bases of every block and delta of every row, in one scan over blocks (not tokens).
 
     Rows are ranges ``[row_starts[r], row_starts[r] + row_lengths[r])`` of the stream, in order and
     disjoint; the stream may hold tokens outside every row (padding).
     """
-    if row_starts.size == 1 and blocks.start.size <= FEW_BLOCKS:
-        return _place_one_row(blocks, row_starts, row_lengths, compat)
     start = blocks.start
     if start.size == 0:
         return Placed(blocks, start, start, row_starts, np.zeros(row_starts.size, dtype=np.int64))
@@ -77,35 +72,3 @@ def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compa
         np.maximum.at(row_last, row, base + extent - 1)
         delta = row_last + 1 - row_lengths
     return Placed(blocks, base, next_base, row_starts, delta)
-
-
-def _place_one_row(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str) -> Placed:
-    """:func:`place` for one row of a few blocks: the same scan on Python ints."""
-    t_last = temporal_index(blocks.frames - 1, blocks.interval).tolist()
-    shift = -int(row_starts[0])  # text at stream index j has position j + shift
-    row_last = int(row_lengths[0]) - 1  # the last text position, before any shift
-    base, next_base, reach = [], [], -1
-    for start, num_tokens, height, width, t in zip(
-        blocks.start.tolist(),
-        blocks.num_tokens.tolist(),
-        blocks.height.tolist(),
-        blocks.width.tolist(),
-        t_last,
-        strict=True,
-    ):
-        hw_extent = max(height, width)
-        extent = max(t + 1, hw_extent)
-        advance = extent if compat == "vllm" else hw_extent
-        base.append(start + shift)
-        next_base.append(start + shift + advance)
-        reach = max(reach, start + shift + extent - 1)
-        shift += advance - num_tokens
-    row_last += shift + int(row_starts[0])
-    delta = max(row_last, reach) + 1 - int(row_lengths[0])
-    return Placed(
-        blocks,
-        np.array(base, dtype=np.int64),
-        np.array(next_base, dtype=np.int64),
-        row_starts,
-        np.array([delta], dtype=np.int64),
-    )

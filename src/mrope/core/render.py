@@ -20,13 +20,12 @@ int64 five-row fast path stays as it is:
 
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from .place import FEW_BLOCKS, Placed, temporal_index
+from .place import Placed, temporal_index
 
 _FIELDS = ("start", "t0", "hw0", "width", "is_text")
 
@@ -175,64 +174,6 @@ def render(table: SegmentTable, index: np.ndarray, out: np.ndarray) -> None:
     np.add(rep[2], q, out=out[1])
     np.add(rep[2], r, out=out[2])
     out[2] += offset
-
-
-@functools.lru_cache(maxsize=256)
-def _plane(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """h and w offsets of one frame's tokens, (height * width,) each, read-only."""
-    h = np.arange(height, dtype=np.int64).repeat(width)
-    w = np.tile(np.arange(width, dtype=np.int64), height)
-    h.flags.writeable = w.flags.writeable = False
-    return h, w
-
-
-def render_blocks(placed: Placed, length: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Positions (3, length) of every token, as :func:`render_all` of :func:`build_segments` gives them,
-    with a bounded number of numpy calls per text run and per block (never per frame or token).
-
-    Faster than the table for a few blocks (the usual single prompt); padding gets meaningless values.
-    """
-    if out is None:
-        out = np.empty((3, length), dtype=np.int64)
-    blocks = placed.blocks
-    starts, ends = blocks.start.tolist(), (blocks.start + blocks.num_tokens).tolist()
-    frames, heights, widths = blocks.frames.tolist(), blocks.height.tolist(), blocks.width.tolist()
-    bases, next_bases = placed.base.tolist(), placed.next_base.tolist()
-    row_starts = placed.row_starts.tolist()
-    text_runs = []  # (begin, end, position of begin)
-    cursor, cursor_base = 0, -row_starts[0]  # the first row's text reaches back to index 0
-    b = 0
-    for r in range(len(row_starts)):
-        row_end = row_starts[r + 1] if r + 1 < len(row_starts) else length
-        if r:
-            cursor, cursor_base = row_starts[r], 0
-        while b < len(starts) and starts[b] < row_end:
-            text_runs.append((cursor, starts[b], cursor_base))
-            s, e, base = starts[b], ends[b], bases[b]
-            plane = heights[b] * widths[b]
-            h, w = _plane(heights[b], widths[b])
-            if frames[b] == 1:
-                out[0, s:e] = base
-            else:
-                t = temporal_index(np.arange(frames[b]), blocks.interval[b])
-                np.add(t[:, None], base, out=out[0, s:e].reshape(frames[b], plane))
-            np.add(h, base, out=out[1, s:e].reshape(frames[b], plane))  # out is C-contiguous: views
-            np.add(w, base, out=out[2, s:e].reshape(frames[b], plane))
-            cursor, cursor_base = e, next_bases[b]
-            b += 1
-        text_runs.append((cursor, row_end, cursor_base))
-    arange = _workspace.range(length)
-    for begin, end, base in text_runs:
-        if end > begin:
-            np.add(arange[: end - begin], base, out=out[:, begin:end])
-    return out
-
-
-def render_placed(placed: Placed, length: int) -> np.ndarray:
-    """Positions (3, length) of a placed stream, by whichever renderer is faster for its size."""
-    if placed.blocks.start.size <= FEW_BLOCKS:
-        return render_blocks(placed, length)
-    return render_all(build_segments(placed, length))
 
 
 def _is_general(table: SegmentTable) -> bool:

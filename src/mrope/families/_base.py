@@ -6,6 +6,7 @@ reads and how a prompt parses into vision blocks (:meth:`Family.parse`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -13,7 +14,17 @@ import numpy as np
 
 from .._backends import to_grid_array, to_int_array, to_numpy
 from .._errors import MRopeError
-from ..core import Blocks, Placed, SegmentTable, build_segments, locate_items, place, render_placed
+from ..core import (
+    FEW_BLOCKS,
+    Blocks,
+    Placed,
+    SegmentTable,
+    build_segments,
+    locate_items,
+    place,
+    render_all,
+    render_one_row,
+)
 from ..core.blocks import empty_blocks
 from ..core.place import check_compat
 
@@ -94,6 +105,24 @@ class Family:
         raise NotImplementedError
 
     # -- shared pipeline ----------------------------------------------------------------------------
+    def stream_blocks(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+    ) -> Blocks:
+        """Check the grids and parse the stream into its vision blocks.
+
+        Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
+        be placeholders (the batch API blanks padding to -1)."""
+        images = self.check_grids(image_grid_thw, "image_grid_thw")
+        videos = self.check_grids(video_grid_thw, "video_grid_thw")
+        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+        return self.parse(ids, row_starts, row_lengths, images, videos, seconds)
+
     def place_stream(
         self,
         ids: np.ndarray,
@@ -103,26 +132,11 @@ class Family:
         video_grid_thw: Any,
         second_per_grid_ts: Any,
     ) -> Placed:
-        """Check the grids, parse the stream and place its blocks.
-
-        Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
-        be placeholders (the batch API blanks padding to -1)."""
-        images = self.check_grids(image_grid_thw, "image_grid_thw")
-        videos = self.check_grids(video_grid_thw, "video_grid_thw")
-        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
-        blocks = self.parse(ids, row_starts, row_lengths, images, videos, seconds)
-        return place(blocks, row_starts, row_lengths, self.compat)
-
-    def place_prompt(
-        self, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
-    ) -> tuple[Placed, int]:
-        """One prompt as a one-row stream: its placed blocks and its length."""
-        ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        rows = np.array([0, ids.size], dtype=np.int64)
-        placed = self.place_stream(
-            ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts
+        """The stream's blocks (see :meth:`stream_blocks`), placed under the family's convention."""
+        blocks = self.stream_blocks(
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
         )
-        return placed, ids.size
+        return place(blocks, row_starts, row_lengths, self.compat)
 
     def stream_positions(
         self,
@@ -134,16 +148,20 @@ class Family:
         second_per_grid_ts: Any,
         **inputs: Any,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (3, len(ids)) of a stream (rows as in :meth:`place_stream`) and each row's delta.
+        """Positions (3, len(ids)) of a stream (rows as in :meth:`stream_blocks`) and each row's delta.
 
         ``inputs``: the family's :attr:`extra_inputs` (Omni); other families refuse any."""
         self.check_extra_inputs(inputs)
-        placed = self.place_stream(
+        blocks = self.stream_blocks(
             ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
         )
+        if row_starts.size == 1 and row_lengths[0] == ids.size and blocks.start.size <= FEW_BLOCKS:
+            positions, delta = render_one_row(blocks, ids.size, self.compat)
+            return positions, np.array([delta], dtype=np.int64)
+        placed = place(blocks, row_starts, row_lengths, self.compat)
         if ids.size == 0:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
-        return render_placed(placed, ids.size), placed.delta
+        return render_all(build_segments(placed, ids.size)), placed.delta
 
     def stream_segments(
         self,
@@ -298,10 +316,10 @@ class Family:
         if arr.dtype.kind not in "iuf":
             raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
         arr = arr.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
-        if bad.size:
-            i = int(bad[0])
-            raise MRopeError(f"second_per_grid_ts[{i}] = {arr[i]}: must be finite and >= 0")
+        # one value per video: a Python pass (NaN fails ``0 <= x``)
+        bad = next((i for i, x in enumerate(arr.tolist()) if not 0 <= x < math.inf), None)
+        if bad is not None:
+            raise MRopeError(f"second_per_grid_ts[{bad}] = {arr[bad]}: must be finite and >= 0")
         return arr
 
     # -- helpers for parsers ------------------------------------------------------------------------

@@ -22,11 +22,11 @@ class Qwen2_5_VL(Qwen2VL):
             return 1.0
         seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts
         interval = (self.tokens_per_second * seconds).astype(np.float32)
-        reach = (videos[:, 0] - 1) * interval.astype(np.float64)
-        if reach.size and reach.max() >= MAX_POSITION:
-            i = int(reach.argmax())
-            raise MRopeError(
-                f"second_per_grid_ts[{i}] = {seconds[i]:g}: video {i}'s last frame (T = {int(videos[i, 0])}) "
-                f"would get time index {reach[i]:.3g}, past the largest position {MAX_POSITION}"
-            )
+        for i, (frames, step) in enumerate(zip(videos[:, 0].tolist(), interval.tolist(), strict=True)):
+            if (frames - 1) * step >= MAX_POSITION:
+                raise MRopeError(
+                    f"second_per_grid_ts[{i}] = {seconds[i]:g}: video {i}'s last frame (T = {frames}) "
+                    f"would get time index {(frames - 1) * step:.3g}, past the largest position "
+                    f"{MAX_POSITION}"
+                )
         return interval
