@@ -164,3 +164,44 @@ def test_cuda_graph_replay_equals_eager() -> None:
     graph.replay()
     table.fill(eager, rows, nc, ns, num_tokens=capacity)
     torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+def test_float_table_device_step_does_not_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float32 table (Qwen3-Omni, fractional positions, audio in video) on the device path: no sync,
+    equal to the numpy path and to ``family.positions()`` then ``float32(index) + delta``."""
+    q3 = family("qwen3_omni_moe")
+    vs, aus, vid, aud = 151652, 151647, 151656, 151646
+    seqlen = int(np.argmax(q3.audio_tokens(np.arange(400)) == 30))
+    ids = [5, vs, aus] + [vid] * 12 + [aud] * 30 + [aus + 1, vs + 1, 7, 8]
+    kwargs = {
+        "video_grid_thw": [[3, 4, 4]],
+        "second_per_grid_ts": [1 / 3],
+        "audio_seqlens": [seqlen],
+        "use_audio_in_video": True,
+    }
+    positions, delta = q3.positions(ids, **kwargs)
+    table = PositionTable(3, dtype=np.float32)
+    table.add(1, q3, ids, **kwargs)
+    table.add(0, q3, text(4))
+    step = ([1, 0], [3, 2], [len(ids), 3])
+    num = sum(step[2])
+    expected = np.zeros((3, num), dtype=np.float32)
+    assert table.fill(expected, *(np.array(a) for a in step)) == num
+    np.testing.assert_array_equal(expected[:, : len(ids) - 3], positions[:, 3:])
+    past = np.float32(np.arange(len(ids), len(ids) + 3, dtype=np.float32) + np.float32(delta))
+    np.testing.assert_array_equal(expected[0, len(ids) - 3 : len(ids)], past)
+    rows, nc, ns = (torch.tensor(a) for a in step)
+    out = torch.full((3, num + 2), -7, dtype=torch.float32)
+    decoded = torch.zeros((3, 2), dtype=torch.float32)
+    table.fill(out, rows, nc, ns, num_tokens=num)  # warm-up
+    _no_host_reads(monkeypatch)
+    with NoSync():
+        assert table.fill(out, rows, nc, ns, num_tokens=num + 1) == num + 1
+        assert table.decode(decoded, rows, torch.tensor([len(ids) + 5, 9])) == 2
+    monkeypatch.undo()
+    np.testing.assert_array_equal(out[:, :num].numpy(), expected)
+    assert (out[:, num] == 0).all() and (out[:, num + 1 :] == -7).all()
+    decoded_np = np.zeros((3, 2), dtype=np.float32)
+    table.decode(decoded_np, np.array([1, 0]), np.array([len(ids) + 5, 9]))
+    np.testing.assert_array_equal(decoded.numpy(), decoded_np)
+    table.check()

@@ -13,7 +13,9 @@ from strategies import Image, Video, build_prompt, text
 
 
 def _snapshot(table: PositionTable) -> list[np.ndarray]:
-    return [a.copy() for a in (table._pool, table._info, table._base, table._slots)] + [np.array(table._top)]
+    pool = table._pool
+    arrays = (pool.keys, pool.fields, table._info, pool.base, pool.slots)
+    return [a.copy() for a in arrays] + [np.array(pool.top)]
 
 
 @pytest.fixture
@@ -127,3 +129,40 @@ def test_device_path_shape_errors_raise_and_value_errors_are_counted(table: Posi
     with pytest.raises(MRopeError, match="2 request"):
         table.check()
     table.check()  # the count was reset
+
+
+def test_float_tables_and_dtypes() -> None:
+    """Qwen3-Omni (float32 positions) needs a float32 table; ``out`` must have the table's dtype; a
+    float32 table bounds indices by 2**24; bad dtypes are refused. Failed calls change nothing."""
+    q3 = family("qwen3_omni_moe")
+    ids = [5, 151652] + [151656] * 12 + [151653, 7]
+    kwargs = {"video_grid_thw": [[3, 4, 4]], "second_per_grid_ts": [1 / 3]}
+    positions, delta = q3.positions(ids, **kwargs)
+    ints = PositionTable(2)
+    ints.add(0, family("qwen2_vl"), text(3))
+    _unchanged(ints, lambda: ints.add(1, q3, ids, **kwargs), "dtype=np.float32")
+    _unchanged(ints, lambda: ints.add_positions(1, positions, delta), "need a float32 table")
+    _unchanged(ints, lambda: ints.add(1, family("qwen2_vl"), text(3), audio_seqlens=[9]), "audio_seqlens")
+    out32 = np.full((3, 4), -7, dtype=np.float32)
+    _unchanged(ints, lambda: ints.fill(out32, np.array([0]), np.array([0]), np.array([2])), "int64 array")
+    floats = PositionTable(2, dtype="float32", max_position=100)
+    floats.add(0, q3, ids, **kwargs)
+    assert isinstance(floats.delta(0), float) and floats.delta(0) == delta
+    out64 = np.full((3, 4), -7, dtype=np.int64)
+    for bad, match in (
+        (lambda: floats.fill(out64, np.array([0]), np.array([0]), np.array([2])), "float32 array"),
+        (lambda: floats.fill(out32, np.array([0]), np.array([1 << 24]), np.array([1])), "beyond 16777215"),
+        (lambda: floats.fill(out32, np.array([0]), np.array([120]), np.array([1])), "max_position 100"),
+        (lambda: floats.add_positions(1, positions, "1.5"), "delta must be an int or a float"),
+        (lambda: floats.add_positions(1, positions.astype(bool), delta), "must hold integers"),
+        (
+            lambda: floats.fill(torch.zeros((3, 4)).double(), *(torch.tensor([0]),) * 3, num_tokens=1),
+            "float32",
+        ),
+    ):
+        _unchanged(floats, bad, match)
+    assert (out32 == -7).all() and (out64 == -7).all()
+    for dtype in (np.float64, "int32", torch.float16):
+        with pytest.raises(MRopeError, match="dtype must be int64"):
+            PositionTable(1, dtype=dtype)
+    assert PositionTable(1, dtype=torch.float32).dtype == np.float32

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _engine import CONFIGS, Live, family, reference, register
+from _builders import omni_inputs, omni_prompts
+from _engine import CONFIGS, OMNI, Live, family, reference, register
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,13 @@ def _prompt(data: st.DataObject, fam) -> tuple[list[int], dict]:
     if data.draw(st.integers(0, 3), label="text only") == 0:
         ids = data.draw(st.lists(st.integers(0, 1000), min_size=1, max_size=30), label="text ids")
         return ids, {}
+    if fam.model_type in OMNI:  # images, videos, audio; every video with its audio, or none
+        audio_in_video = data.draw(st.booleans(), label="use_audio_in_video")
+        p = data.draw(
+            omni_prompts(fam, use_audio_in_video=audio_in_video, max_rows=1, max_items=3, max_seqlen=150),
+            label="omni prompt",
+        )
+        return p.rows[0], {**omni_inputs(p, 0), "use_audio_in_video": audio_in_video}
     p = data.draw(
         prompts(fam, max_images=2, max_videos=1, max_text=8, max_side=3, max_frames=3), label="prompt"
     )
@@ -33,14 +41,20 @@ def test_random_engine_steps(data: st.DataObject) -> None:
     the torch path writes the same; nothing past the step's columns is touched."""
     compat = data.draw(st.sampled_from(["vllm", "transformers"]), label="compat")
     names = data.draw(
-        st.lists(st.sampled_from(sorted(CONFIGS)), min_size=1, max_size=4, unique=True), label="fams"
+        st.lists(st.sampled_from(sorted(CONFIGS) + list(OMNI)), min_size=1, max_size=4, unique=True),
+        label="fams",
     )
     fams = [family(n, compat) for n in names]
     num_rows = data.draw(st.integers(1, 5), label="max_requests")
+    # Qwen3-Omni needs a float32 table; the others go in either
+    floats = "qwen3_omni_moe" in names or data.draw(st.integers(0, 4), label="float table") == 0
+    dtype = np.float32 if floats else np.int64
     # a tiny pool forces compaction and growth
-    table = PositionTable(num_rows, device=torch.device("cpu"), pool_capacity=data.draw(st.integers(1, 12)))
+    table = PositionTable(
+        num_rows, device=torch.device("cpu"), pool_capacity=data.draw(st.integers(1, 12)), dtype=dtype
+    )
     live: dict[int, Live] = {}
-    buffer = np.full((3, CAPACITY + 1), -7, dtype=np.int64)
+    buffer = np.full((3, CAPACITY + 1), -7, dtype=dtype)
     for _ in range(data.draw(st.integers(1, 8), label="steps")):
         for row in range(num_rows):
             if row not in live and data.draw(st.booleans(), label=f"admit {row}"):
@@ -75,10 +89,10 @@ def test_random_engine_steps(data: st.DataObject) -> None:
                 data.draw(st.integers(0, left + 3) if left > 0 else st.integers(0, 4), label="count")
             )
         expected = [
-            reference(live[r].positions, live[r].delta, live[r].computed, c)
+            reference(live[r].positions, live[r].delta, live[r].computed, c, dtype)
             for r, c in zip(rows, counts, strict=True)
         ]
-        expected = np.concatenate([np.zeros((3, 0), dtype=np.int64), *expected], axis=1)
+        expected = np.concatenate([np.zeros((3, 0), dtype=dtype), *expected], axis=1)
         num = expected.shape[1]
         assert num <= CAPACITY
         rows_np, nc = (
@@ -91,7 +105,7 @@ def test_random_engine_steps(data: st.DataObject) -> None:
         np.testing.assert_array_equal(buffer[:, :num], expected, err_msg=f"rows {rows}, nc {nc}, ns {ns}")
         assert (buffer[:, num:] == -7).all()
         # torch path: int32 inputs, a fixed capacity past the real tokens (zeros there)
-        out = torch.full((3, num + 5), -7, dtype=torch.int64)
+        out = torch.full((3, num + 5), -7, dtype=torch.float32 if floats else torch.int64)
         extra = data.draw(st.integers(0, 3), label="padding columns")
         as32 = (torch.from_numpy(a).to(torch.int32) for a in (rows_np, nc, ns))
         assert table.fill(out, *as32, num_tokens=num + extra) == num + extra

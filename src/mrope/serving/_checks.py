@@ -9,16 +9,40 @@ import numpy as np
 
 from .._backends import to_numpy
 from .._errors import MRopeError
-from ._segments import POSITION_DTYPE
 
 MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
+# float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
+# transformers' float32 ``index + delta`` does
+FLOAT_MAX_INDEX = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free row: no index is ever "past" it
 PLEN, DELTA, KEY = 0, 1, 2  # rows of the per-request info array
 INT64 = np.dtype(np.int64)
-DTYPE = np.dtype(POSITION_DTYPE)
+FLOAT32 = np.dtype(np.float32)
 
 
-def validate(max_requests: int, rows: np.ndarray, nc: np.ndarray, ns: np.ndarray, info: np.ndarray) -> int:
+def table_dtype(dtype: Any) -> np.dtype:
+    """``int64`` or ``float32`` from a numpy, torch or string dtype."""
+    name = str(dtype).removeprefix("torch.")
+    try:
+        found = np.dtype(name if name in ("int64", "float32") else dtype)
+    except TypeError:
+        found = None
+    if found not in (INT64, FLOAT32):
+        raise MRopeError(
+            f"dtype must be int64 (integer positions) or float32 (Qwen3-Omni's fractional positions), "
+            f"got {dtype!r}"
+        )
+    return found
+
+
+def validate(
+    max_requests: int,
+    rows: np.ndarray,
+    nc: np.ndarray,
+    ns: np.ndarray,
+    info: np.ndarray,
+    max_index: int = MAX_INDEX,
+) -> int:
     """Checks of the general path; returns N."""
     dead = info[PLEN] == DEAD
     if dead.any():
@@ -33,16 +57,17 @@ def validate(max_requests: int, rows: np.ndarray, nc: np.ndarray, ns: np.ndarray
         i = int(np.argmin(nc))
         raise MRopeError(f"num_computed[{i}] = {nc[i]} (row {rows[i]}): counts must be >= 0")
     end = nc + ns
-    if end.max() >= MAX_INDEX:
+    if end.max() >= max_index:
         i = int(np.argmax(end))
-        raise MRopeError(f"row {rows[i]}: sequence index {end[i] - 1} is beyond {MAX_INDEX - 1}")
+        raise MRopeError(f"row {rows[i]}: sequence index {end[i] - 1} is beyond {max_index - 1}")
     return int(ns.sum())
 
 
-def check_out(out: np.ndarray, num: int, num_tokens: int | None) -> int:
-    if (out.dtype is not DTYPE and out.dtype != DTYPE) or out.ndim != 2 or out.shape[0] != 3:
+def check_out(out: np.ndarray, num: int, num_tokens: int | None, dtype: np.dtype = INT64) -> int:
+    """``out`` is a writable (3, >= num) array of the table's ``dtype``."""
+    if (out.dtype is not dtype and out.dtype != dtype) or out.ndim != 2 or out.shape[0] != 3:
         raise MRopeError(
-            f"out must be a (3, n) {np.dtype(POSITION_DTYPE)} array, got shape {out.shape} dtype {out.dtype}"
+            f"out must be a (3, n) {dtype} array (the table's dtype), got shape {out.shape} dtype {out.dtype}"
         )
     if out.shape[1] < num:
         raise MRopeError(f"out has {out.shape[1]} columns, the step needs {num}")

@@ -1,29 +1,40 @@
 """Segments for the position table: from a family's segment table, or recovered from explicit positions.
 
-Both return a (5, S) int64 array with the rows of :data:`mrope.core.render._FIELDS` (start, t0, hw0,
-width, is_text), sorted by start, without empty segments, covering ``0 .. L-1``.
+Both return ``(ints, floats)``: ``ints`` a (6, S) int64 array of rows ``start, t0, hw0, width,
+is_text, origin`` (:mod:`mrope.core.render`; ``origin = start`` where the table has no origin row),
+sorted by start, without empty segments, covering ``0 .. L-1``; ``floats`` None for an int64 table, or
+for a float32 table a (2, S) float64 array of ``t0, hw0`` (float32 values; ``ints`` then holds 0 there).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .._backends import to_numpy
 from .._errors import MRopeError
 from ..core.render import SegmentTable, render_all
 
-#: The dtype of positions and of every table array. One place, so that fractional positions
-#: (Qwen3-Omni, float32) can be added later by changing the table's dtype here.
-POSITION_DTYPE = np.int64
+#: The fields of a segment as the table stores them (see the module docstring)
+START, T0, HW0, WIDTH, IS_TEXT, ORIGIN = range(6)
 
 
-def nonempty(table: SegmentTable) -> np.ndarray:
-    """The segments of ``table`` that hold at least one token."""
+def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The segments of ``table`` that hold at least one token, for an int64 or float32 (``floats``)
+    table. A float table (Qwen3-Omni) goes to a float32 table only: the caller checks."""
     data = table.data
-    length = np.diff(data[0], append=table.length)
-    return np.ascontiguousarray(data[:, length > 0])
+    data = data[:, np.diff(data[0], append=table.length) > 0]
+    ints = np.empty((6, data.shape[1]), dtype=np.int64)
+    ints[:5] = data[:5]  # float tables hold integers in every row but t0 and hw0
+    ints[ORIGIN] = data[ORIGIN] if data.shape[0] > ORIGIN else data[START]
+    if not floats:
+        return ints, None
+    ints[T0:WIDTH] = 0
+    return ints, data[T0:WIDTH].astype(np.float64)
 
 
-def from_positions(positions: np.ndarray, *, row: int) -> np.ndarray:
+def from_positions(positions: np.ndarray, *, row: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Segments that render exactly ``positions`` (3, L): text runs and vision frames.
 
     Runs of ``(+1, +1, +1)`` steps on equal rows are text; runs of ``(0, 0, +1)`` steps are rows of a
@@ -33,6 +44,11 @@ def from_positions(positions: np.ndarray, *, row: int) -> np.ndarray:
     length = positions.shape[1]
     t, h, w = positions
     d = np.diff(positions, axis=1)
+    if positions.dtype.kind == "f":
+        # float32 arithmetic makes steps of fractional positions 1 +- a few ulp: runs are found from
+        # the rounded steps, then the render below checks every position exactly
+        near = np.rint(d)
+        d = np.where(np.abs(d - near) < 0.25, near, 0.5)
     text_like = (t == h) & (h == w)
     row_step = (d[0] == 0) & (d[1] == 0) & (d[2] == 1)
     wrap = (d[0] == 0) & (d[1] == 1)  # next row of a frame: only vision tokens step like this
@@ -55,19 +71,42 @@ def from_positions(positions: np.ndarray, *, row: int) -> np.ndarray:
         & (rt[1:] == rt[:-1])
         & (run_len[1:] == run_len[:-1])
         & (rw[1:] == rw[:-1])
-        & (rh[1:] == rh[:-1] + 1)
+        & (np.abs(rh[1:] - rh[:-1] - 1) < 0.25 if positions.dtype.kind == "f" else rh[1:] == rh[:-1] + 1)
     )
     first = ~joins
     seg_start = run_start[first]
-    data = np.empty((5, seg_start.size), dtype=POSITION_DTYPE)
+    data = np.empty((5, seg_start.size), dtype=np.float64 if floats else np.int64)
     data[0] = seg_start
     data[1] = rt[first]
     data[2] = rh[first]
     data[3] = np.where(run_text[first], 1, run_len[first])
     data[4] = run_text[first]
-    if not np.array_equal(render_all(SegmentTable(data, length)), positions):
+    table = SegmentTable(data, length)
+    if not np.array_equal(render_all(table), positions):
         raise MRopeError(
             f"positions of row {row} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
-            "of the M-RoPE rule; register the request with add() from its prompt instead"
+            "of the M-RoPE rule, or (fractional positions) not exactly float32(t0 + o) from each run's "
+            "first position; register the request with add() from its prompt instead"
         )
-    return data
+    return nonempty(table, floats=floats)
+
+
+def positions_input(positions: Any, delta: Any, *, floats: bool) -> tuple[np.ndarray, int | float]:
+    """The checked arguments of :meth:`PositionTable.add_positions`: (3, L) int64 positions and an int
+    delta, or for a float32 table (``floats``) float32 positions and a float delta (a float32 value)."""
+    pos = to_numpy(positions, name="positions")
+    if pos.ndim != 2 or pos.shape[0] != 3 or pos.shape[1] == 0:
+        raise MRopeError(f"positions must have shape (3, L) with L >= 1, got {tuple(pos.shape)}")
+    if pos.dtype.kind == "f" and not floats:
+        raise MRopeError(
+            f"positions are {pos.dtype}: an int64 table takes integer positions; float32 positions "
+            "(Qwen3-Omni) need a float32 table, PositionTable(..., dtype=np.float32)"
+        )
+    if pos.dtype.kind not in "iuf":
+        raise MRopeError(f"positions must hold integers, got dtype {pos.dtype}")
+    kinds = (int, np.integer, float, np.floating) if floats else (int, np.integer)
+    if isinstance(delta, bool) or not isinstance(delta, kinds) or (floats and not np.isfinite(delta)):
+        raise MRopeError(f"delta must be an int{' or a float' if floats else ''}, got {delta!r}")
+    if floats:
+        return pos.astype(np.float32, copy=False), float(np.float32(delta))
+    return pos.astype(np.int64, copy=False), int(delta)

@@ -6,6 +6,9 @@ host-to-device traffic). A step is fixed-shape torch ops with N given by the cal
 synchronizes nor blocks CUDA graph capture. Bad values (a free row, a negative count, a position
 reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
 counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.check`) raises later.
+
+float32 tables (Qwen3-Omni) keep ``t0``, ``hw0`` and the deltas as float64 tensors (float32 values):
+each position is the float64 sum rounded once to float32 on the write to ``out``, as on the host.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import numpy as np
 import torch
 
 from .._errors import MRopeError
-from .table import _DEAD, _DELTA, _KEY, _MAX_INDEX, _PLEN, PositionTable
+from ._pool import FIS_TEXT, FWIDTH, OKEY
+from .table import _DEAD, _DELTA, _KEY, _PLEN, PositionTable
 
-_DTYPE = torch.int64  # = table.POSITION_DTYPE
+_DTYPE = torch.int64  # indices, keys, integer fields
+_OUT_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32}
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -39,8 +44,11 @@ class DeviceTable:
             raise MRopeError(f"device {device!r} is not a torch device: {err}") from None
         self.table = table
         self.max_requests = table.max_requests
-        self.pool = torch.from_numpy(table._pool).to(self.device)  # (5, capacity)
-        self.info = torch.from_numpy(table._info).to(self.device)  # (3, max_requests)
+        self.out_dtype = _OUT_DTYPES[table.dtype]
+        self.keys = self.fields = self.floats = None
+        self._copy_pool()
+        self.info = torch.from_numpy(table._info).to(self.device)  # (3, max_requests + 2)
+        self.delta = None if table._delta is None else torch.from_numpy(table._delta).to(self.device)
         self.errors = torch.zeros((), dtype=_DTYPE, device=self.device)
         self.zero = torch.zeros((), dtype=_DTYPE, device=self.device)
         self.ramp = torch.arange(0, dtype=_DTYPE, device=self.device)
@@ -50,18 +58,34 @@ class DeviceTable:
             raise MRopeError(f"tensors are on {device}, the table's device copy is on {self.device}")
 
     # -- admission (host to device) ---------------------------------------------------------------
-    def sync(self, pool: np.ndarray, info: np.ndarray, lo: int, hi: int, column: int) -> None:
+    def sync(self, lo: int, hi: int, column: int) -> None:
         """Copy pool slots ``lo:hi`` and one info column from the host table."""
-        self.pool[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool[:, lo:hi])))
+        pool = self.table._pool
+        self.keys[lo:hi].copy_(torch.from_numpy(pool.keys[lo:hi]))
+        self.fields[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.fields[:, lo:hi])))
+        if self.floats is not None:
+            self.floats[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.floats[:, lo:hi])))
+            self.delta[column].copy_(torch.from_numpy(self.table._delta[column : column + 1])[0])
+        info = self.table._info
         self.info[:, column].copy_(torch.from_numpy(np.ascontiguousarray(info[:, column])))
 
-    def sync_all(self, pool: np.ndarray, info: np.ndarray) -> None:
+    def sync_all(self) -> None:
         """Copy the whole pool (after compaction; reallocated if it grew) and all info."""
-        if tuple(self.pool.shape) == pool.shape:
-            self.pool.copy_(torch.from_numpy(pool))
-        else:
-            self.pool = torch.from_numpy(pool).to(self.device)
-        self.info.copy_(torch.from_numpy(info))
+        self._copy_pool()
+        self.info.copy_(torch.from_numpy(self.table._info))
+        if self.delta is not None:
+            self.delta.copy_(torch.from_numpy(self.table._delta))
+
+    def _copy_pool(self) -> None:
+        pool = self.table._pool
+        for name in ("keys", "fields", "floats"):
+            host, mine = getattr(pool, name), getattr(self, name)
+            if host is None:
+                continue
+            if mine is not None and tuple(mine.shape) == host.shape:
+                mine.copy_(torch.from_numpy(host))
+            else:
+                setattr(self, name, torch.from_numpy(host).to(self.device))
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a step since the last check had bad input (synchronizes)."""
@@ -111,23 +135,31 @@ class DeviceTable:
         req = torch.searchsorted(ends, col, right=True)  # request of each column; n past the real ones
         real = req < n
         req.clamp_(max=n - 1)
-        info, ok = self._rows_info(rows)
-        ok &= (nc >= 0) & (ns >= 0) & (nc + ns <= _MAX_INDEX)
+        info, ok, delta = self._rows_info(rows)
+        ok &= (nc >= 0) & (ns >= 0) & (nc + ns <= self.table.max_index)
         key = (info[_KEY] + nc - ends + ns).index_select(0, req)
         key += col
-        seg = torch.searchsorted(self.pool[0], key, right=True)
+        seg = torch.searchsorted(self.keys, key, right=True)
         seg -= 1
         seg.clamp_(min=0)  # keys of bad requests only
-        start, t0, hw0, width, is_text = self.pool.index_select(1, seg)
-        offset = key - start
+        fields = self.fields.index_select(1, seg)
+        offset = key - fields[OKEY]
+        width = fields[FWIDTH]
         quot = torch.div(offset, width, rounding_mode="floor")
         rem = offset - quot * width
-        offset *= is_text
+        offset *= fields[FIS_TEXT]
+        if self.floats is None:
+            t0, hw0 = fields[1], fields[2]
+        else:  # float64 (float32 values)
+            t0, hw0 = self.floats.index_select(1, seg)
         pos = torch.stack((t0 + offset, hw0 + quot, hw0 + rem + offset))
+        if self.floats is not None:
+            pos = pos.to(torch.float32)  # one rounding of the float64 sums
         valid = ok.index_select(0, req)
         if self.table.max_position is not None:
             # per request: the last index's position if past the prompt (the prompt's were checked at add)
-            ok &= nc + ns + info[_DELTA] - 1 < self.table.max_position
+            last = nc + ns - 1 + delta
+            ok &= (last if self.delta is None else last.to(torch.float32)) < self.table.max_position
             valid = ok.index_select(0, req)
         self.errors.add_(torch.logical_not(ok).sum())
         valid &= real
@@ -143,10 +175,12 @@ class DeviceTable:
         self._check_out(out, n)
         if n == 0:
             return 0
-        info, ok = self._rows_info(rows)
+        info, ok, delta = self._rows_info(rows)
         index = lens - 1
-        ok &= index >= info[_PLEN]
-        pos = index + info[_DELTA]
+        ok &= (index >= info[_PLEN]) & (index < self.table.max_index)
+        pos = index + delta
+        if self.delta is not None:
+            pos = pos.to(torch.float32)  # one rounding of the float64 sum
         if self.table.max_position is not None:
             ok &= pos < self.table.max_position
         self.errors.add_(torch.logical_not(ok).sum())
@@ -154,11 +188,13 @@ class DeviceTable:
         return n
 
     # -- internals --------------------------------------------------------------------------------
-    def _rows_info(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Info (3, n) of ``rows`` and whether each row is live (out-of-range rows read a free column)."""
+    def _rows_info(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Info (3, n) of ``rows``, whether each row is live (out-of-range rows read a free column), and
+        the rows' deltas (float64 in a float32 table)."""
         column = (rows + 1).clamp_(0, self.max_requests + 1)
         info = self.info.index_select(1, column)
-        return info, info[_PLEN] != _DEAD
+        delta = info[_DELTA] if self.delta is None else self.delta.index_select(0, column)
+        return info, info[_PLEN] != _DEAD, delta
 
     def _ramp(self, num: int) -> torch.Tensor:
         if self.ramp.shape[0] < num:  # grows during warm-up, before any graph capture
@@ -166,10 +202,16 @@ class DeviceTable:
         return self.ramp[:num]
 
     def _check_out(self, out: Any, num: int) -> None:
-        if not isinstance(out, torch.Tensor) or out.dtype != _DTYPE or out.dim() != 2 or out.shape[0] != 3:
+        if (
+            not isinstance(out, torch.Tensor)
+            or out.dtype != self.out_dtype
+            or out.dim() != 2
+            or out.shape[0] != 3
+        ):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise MRopeError(
-                f"out must be a (3, n) torch.int64 tensor, got {shape} {getattr(out, 'dtype', '')}"
+                f"out must be a (3, n) {self.out_dtype} tensor (the table's dtype), got {shape} "
+                f"{getattr(out, 'dtype', '')}"
             )
         if not _same_device(out.device, self.device):
             raise MRopeError(f"out is on {out.device}, the table's device copy is on {self.device}")

@@ -1,12 +1,13 @@
 """The positions state of a serving engine's running requests, and the per-step ``fill`` (CPU path).
 
 Every live request keeps its placed segments (O(images + video frames), not O(tokens)) in one flat
-pool: request ``row`` owns the pool slots ``base[row] ... base[row] + n - 1``, the last one a text
-segment at the prompt length that never ends (``index + delta``, the decode tail). A segment's key is
-``base << 32 | start``; free slots hold ``slot << 32``, so the keys are sorted over the whole pool and
-one ``searchsorted`` finds the segment of every scheduled token of every request. Positions then
-follow the formula of :mod:`mrope.core.render`. Steps where every token lies past its prompt (decode,
-speculative decode) skip the search: ``index + delta[row]``.
+pool (:mod:`._pool`): request ``row`` owns the pool slots ``base[row] ... base[row] + n - 1``, the last
+one a text segment at the prompt length that never ends (``index + delta``, the decode tail). A
+segment's key is ``base << 32 | start``; free slots hold ``slot << 32``, so the keys are sorted over the
+whole pool and one ``searchsorted`` finds the segment of every scheduled token of every request.
+Positions then follow the formula of :mod:`mrope.core.render` (offsets counted from each segment's
+``origin``). Steps where every token lies past its prompt (decode, speculative decode) skip the
+search: ``index + delta[row]``. float32 tables (Qwen3-Omni) take :mod:`._float`'s step.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import is_torch_tensor, to_int_array
+from .._backends import is_torch_tensor
 from .._errors import MRopeError
 from ._checks import DEAD as _DEAD
 from ._checks import DELTA as _DELTA
+from ._checks import FLOAT32 as _FLOAT32
+from ._checks import FLOAT_MAX_INDEX as _FLOAT_MAX_INDEX
 from ._checks import INT64 as _INT64
 from ._checks import KEY as _KEY
 from ._checks import MAX_INDEX as _MAX_INDEX
 from ._checks import PLEN as _PLEN
-from ._checks import as_index, check_out, validate
-from ._segments import POSITION_DTYPE, from_positions, nonempty
-
-_SHIFT = 32  # key = base << 32 | index
+from ._checks import as_index, check_out, table_dtype, validate
+from ._float import fill_float
+from ._pool import SHIFT as _SHIFT
+from ._pool import Pool
+from ._segments import from_positions, nonempty, positions_input
 
 
 class PositionTable:
@@ -47,6 +51,15 @@ class PositionTable:
         Initial number of segment slots (default ``8 * max_requests + 64``). The pool is compacted, and
         grown if still too small, when an :meth:`add` does not fit (growing reallocates the device copy:
         capture CUDA graphs after the pool has its final size).
+    dtype : ``numpy.int64`` (default) or ``numpy.float32`` (numpy, torch or string dtype)
+        The positions' dtype, which ``out`` must have. int64 tables hold every family but Qwen3-Omni,
+        whose positions are fractional float32: serve it with a float32 table. A float32 table follows
+        transformers' float32 arithmetic: a prompt position is ``family.positions()``'s float32 value
+        (each rounded once from the exact ``t0 + offset``), and an index ``j`` past the prompt gets
+        ``float32(j) + delta`` in float32, ``delta`` being float32 too; sequence indices stay below
+        2**24, where ``float32(j)`` is exact (beyond it :class:`MRopeError`). Other families go into a
+        float32 table too (their positions as float32, exact below 2**24). The int64 path is not
+        slowed down by float32 tables: each table has one dtype and one step.
 
     Examples
     --------
@@ -63,6 +76,7 @@ class PositionTable:
         device: Any = "cpu",
         max_position: int | None = None,
         pool_capacity: int | None = None,
+        dtype: Any = np.int64,
     ) -> None:
         if not isinstance(max_requests, (int, np.integer)) or max_requests <= 0:
             raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
@@ -73,17 +87,19 @@ class PositionTable:
         capacity = 8 * int(max_requests) + 64 if pool_capacity is None else int(pool_capacity)
         if capacity <= 0:
             raise MRopeError(f"pool_capacity must be positive, got {pool_capacity!r}")
+        self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
+        floats = self.dtype == _FLOAT32
+        self.max_index = _FLOAT_MAX_INDEX if floats else _MAX_INDEX  # sequence indices stay below
         # rows _PLEN, _DELTA, _KEY; request ``row`` in column ``row + 1``, free rows at both ends
         self._info = np.zeros((3, self.max_requests + 2), dtype=np.int64)
         self._info[_PLEN] = _DEAD
+        # float32 tables: the deltas (float32 values), per info column; _info[_DELTA] is then 0
+        self._delta = np.zeros(self.max_requests + 2, dtype=np.float64) if floats else None
         self._flags = np.empty(0, dtype=bool)
         self._grow_scratch(64)
-        self._base = np.zeros(self.max_requests, dtype=np.int64)
-        self._slots = np.zeros(self.max_requests, dtype=np.int64)  # 0: free row
-        self._pool = _empty_pool(capacity)
-        self._top = 0  # first never-used slot
+        self._pool = Pool(capacity, self.max_requests, floats)
         self._scratch = np.empty((5, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
         self._device_name = device
@@ -93,22 +109,25 @@ class PositionTable:
 
     # -- queries ----------------------------------------------------------------------------------
     def __contains__(self, row: int) -> bool:
-        return 0 <= row < self.max_requests and self._slots[row] > 0
+        return 0 <= row < self.max_requests and self._pool.slots[row] > 0
 
     @property
     def num_requests(self) -> int:
-        return int(np.count_nonzero(self._slots))
+        return int(np.count_nonzero(self._pool.slots))
 
     def prompt_length(self, row: int) -> int:
         return int(self._info[_PLEN, self._live_row(row) + 1])
 
-    def delta(self, row: int) -> int:
-        """``max(prompt positions) + 1 - prompt length``: the decode offset of ``row``."""
-        return int(self._info[_DELTA, self._live_row(row) + 1])
+    def delta(self, row: int) -> int | float:
+        """``max(prompt positions) + 1 - prompt length``: the decode offset of ``row`` (a float, holding
+        a float32 value, in a float32 table)."""
+        column = self._live_row(row) + 1
+        return int(self._info[_DELTA, column]) if self._delta is None else float(self._delta[column])
 
     def state_nbytes(self, row: int) -> int:
-        """Bytes of state ``row`` holds: its segments (5 int64 each, decode tail included) and its info."""
-        return int(self._slots[self._live_row(row)]) * 5 * 8 + 3 * 8
+        """Bytes of state ``row`` holds: its segments (decode tail included: a key and five int64
+        fields, two float64 more in a float32 table) and its info."""
+        return self._pool.nbytes(self._live_row(row)) + 3 * 8 + (0 if self._delta is None else 8)
 
     # -- admission --------------------------------------------------------------------------------
     def add(
@@ -120,6 +139,8 @@ class PositionTable:
         image_grid_thw: Any = None,
         video_grid_thw: Any = None,
         second_per_grid_ts: Any = None,
+        audio_seqlens: Any = None,
+        use_audio_in_video: bool | None = None,
     ) -> None:
         """Register the request in ``row`` from its prompt (or, after preemption, prompt + generated).
 
@@ -130,50 +151,68 @@ class PositionTable:
         input_ids : shape (L,), integer; list, numpy or torch
         image_grid_thw, video_grid_thw : (num_items, 3), optional
         second_per_grid_ts : (num_videos,), optional
+        audio_seqlens : (num_audios,), optional; Omni families only
+        use_audio_in_video : bool, optional; Omni families only
 
         Raises
         ------
         MRopeError
-            ``row`` out of range or already live; anything :meth:`Family.segments` refuses; positions
-            reaching ``max_position``. The table is unchanged.
+            ``row`` out of range or already live; anything :meth:`Family.segments` refuses (audio
+            inputs to a family without audio among them); a Qwen3-Omni request in an int64 table;
+            positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
+            The table is unchanged.
         """
         self._free_row(row)
+        extra = {}
+        if audio_seqlens is not None or use_audio_in_video is not None:
+            extra = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
         table, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
             video_grid_thw=video_grid_thw,
             second_per_grid_ts=second_per_grid_ts,
+            **extra,
         )
-        self._insert(row, nonempty(table), table.length, delta, table.length + delta - 1)
+        if table.data.dtype.kind == "f" and self._delta is None:
+            raise MRopeError(
+                f"row {row}: {family.model_type} has float32 positions (fractional video times), this "
+                f"table holds int64: create it with PositionTable(..., dtype=np.float32)"
+            )
+        ints, floats = nonempty(table, floats=self._delta is not None)
+        largest = (table.length - 1) + delta if self._delta is None else np.float32(table.length - 1) + delta
+        self._insert(row, ints, floats, table.length, delta, largest)
 
-    def add_positions(self, row: int, positions: Any, delta: int) -> None:
+    def add_positions(self, row: int, positions: Any, delta: int | float) -> None:
         """Register the request in ``row`` from precomputed prompt positions.
 
         Parameters
         ----------
-        positions : shape (3, L), integer (numpy or torch); must follow the M-RoPE rule (text runs and
-            vision frames), which is checked: only the segments are kept.
-        delta : int, the offset of positions past the prompt (``index + delta``).
+        positions : shape (3, L), numpy or torch; integer, or (float32 tables) float32. They must
+            follow the M-RoPE rule (text runs and vision frames), which is checked: only the segments
+            are kept. Positions that segments cannot render exactly raise :class:`MRopeError` (use
+            :meth:`add`): a Qwen2.5-Omni video chunk that starts inside a frame row, and in float32
+            tables fractional runs whose positions are not ``float32(first + offset)`` (a Qwen3-Omni
+            audio split by video frames).
+        delta : int (float32 tables: int or float, taken as float32), the offset of positions past the
+            prompt (``index + delta``).
         """
         self._free_row(row)
-        pos = to_int_array(positions, name="positions", ndim=2)
-        if pos.shape[0] != 3 or pos.shape[1] == 0:
-            raise MRopeError(f"positions must have shape (3, L) with L >= 1, got {tuple(pos.shape)}")
-        if not isinstance(delta, (int, np.integer)):
-            raise MRopeError(f"delta must be an int, got {delta!r}")
-        data = from_positions(pos.astype(POSITION_DTYPE, copy=False), row=row)
+        floats = self._delta is not None
+        pos, delta = positions_input(positions, delta, floats=floats)
+        ints, fields = from_positions(pos, row=row, floats=floats)
         length = pos.shape[1]
-        self._insert(row, data, length, int(delta), max(int(pos.max()), length + int(delta) - 1))
+        last = length - 1 + delta if not floats else np.float32(length - 1) + np.float32(delta)
+        self._insert(row, ints, fields, length, delta, max(pos.max(), last))
 
     def remove(self, row: int) -> None:
         """Forget the request in ``row`` (finished or preempted); its slots are reused later."""
         row = self._live_row(row)
-        lo, hi = int(self._base[row]), int(self._base[row] + self._slots[row])
-        self._pool[0, lo:hi] = np.arange(lo, hi, dtype=np.int64) << _SHIFT
+        lo, hi = self._pool.free(row)
         self._info[:, row + 1] = (_DEAD, 0, 0)
-        self._slots[row] = 0
+        if self._delta is not None:
+            self._delta[row + 1] = 0
         if self._device is not None:
-            self._device.sync(self._pool, self._info, lo, hi, row + 1)
+            self._device.sync(lo, hi, row + 1)
 
     # -- each step --------------------------------------------------------------------------------
     def fill(
@@ -183,13 +222,14 @@ class PositionTable:
 
         For each request ``i`` in order, the positions of sequence indices ``num_computed[i] ...
         num_computed[i] + num_scheduled[i] - 1`` go to consecutive columns of ``out``: an index inside
-        the prompt takes the prompt's position, an index ``j`` past it ``j + delta`` on all three rows.
+        the prompt takes the prompt's position, an index ``j`` past it ``j + delta`` on all three rows
+        (float32 tables: ``float32(j) + delta`` in float32).
 
         Parameters
         ----------
-        out : numpy.ndarray (3, >= N) int64, may be a strided view (e.g. of a pinned torch buffer);
-            or a torch tensor on the table's device (the device path, see
-            :meth:`mrope.serving.device.DeviceTable.fill`).
+        out : numpy.ndarray (3, >= N) of the table's dtype (int64, or float32), may be a strided view
+            (e.g. of a pinned torch buffer); or a torch tensor on the table's device (the device path,
+            see :meth:`mrope.serving.device.DeviceTable.fill`).
         rows, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch path)
         num_tokens : int, optional on the numpy path (N is computed); required on the torch path, where
             it is ``sum(num_scheduled)`` or a fixed capacity (columns past the real tokens get 0).
@@ -202,7 +242,8 @@ class PositionTable:
         ------
         MRopeError
             A row out of range or not live, a negative count, arrays of different lengths, ``out`` too
-            small or not int64 (3, n), positions reaching ``max_position``. Nothing is written.
+            small or not (3, n) of the table's dtype, positions reaching ``max_position``, (float32
+            tables) indices reaching 2**24. Nothing is written.
         """
         if not isinstance(out, np.ndarray):
             if is_torch_tensor(out):
@@ -226,6 +267,8 @@ class PositionTable:
                 f"rows, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
+        if self._delta is not None:
+            return fill_float(self, out, rows, nc, ns, num_tokens)
         if n == 0:
             return check_out(out, 0, num_tokens)
         if self._flags.shape[0] < n:
@@ -260,16 +303,17 @@ class PositionTable:
             return num
         key = np.repeat(info[_KEY] + nc - col0, ns)
         key += self._ramp(num)
-        seg = np.searchsorted(self._pool[0, : self._top], key, side="right")
+        pool = self._pool
+        seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
         seg -= 1
         fields = self._scratch_tokens(num)
-        np.take(self._pool, seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
-        start, t0, hw0, width, is_text = fields
-        offset = np.subtract(key, start, out=key)
-        np.divmod(offset, width, out=(start, width))
+        np.take(pool.fields, seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
+        origin, t0, hw0, width, is_text = fields
+        offset = np.subtract(key, origin, out=key)
+        np.divmod(offset, width, out=(origin, width))
         offset *= is_text
         np.add(t0, offset, out=out[0, :num])
-        np.add(hw0, start, out=out[1, :num])
+        np.add(hw0, origin, out=out[1, :num])
         np.add(hw0, width, out=out[2, :num])
         out[2, :num] += offset
         return num
@@ -310,7 +354,7 @@ class PositionTable:
             raise MRopeError(f"row must be an int, got {row!r}")
         if not 0 <= row < self.max_requests:
             raise MRopeError(f"row {row} is out of range [0, {self.max_requests})")
-        if self._slots[row] == 0:
+        if self._pool.slots[row] == 0:
             raise MRopeError(f"row {row} holds no request (never added, or removed)")
         return int(row)
 
@@ -319,56 +363,36 @@ class PositionTable:
             raise MRopeError(f"row must be an int, got {row!r}")
         if not 0 <= row < self.max_requests:
             raise MRopeError(f"row {row} is out of range [0, {self.max_requests})")
-        if self._slots[row]:
+        if self._pool.slots[row]:
             raise MRopeError(f"row {row} already holds a request: remove() it before adding another")
 
-    def _insert(self, row: int, data: np.ndarray, length: int, delta: int, largest: int) -> None:
-        if length >= _MAX_INDEX:
+    def _insert(
+        self, row: int, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
+    ) -> None:
+        if length >= self.max_index:
             raise MRopeError(
-                f"prompt of row {row} has {length} tokens, at most {_MAX_INDEX - 1} are supported"
+                f"prompt of row {row} has {length} tokens, at most {self.max_index - 1} are supported"
+                + (" in a float32 table" if self._delta is not None else "")
             )
         if self.max_position is not None and largest >= self.max_position:
             raise MRopeError(
                 f"row {row}: the prompt reaches position {largest}, beyond max_position "
                 f"{self.max_position} (check second_per_grid_ts and the grids)"
             )
-        need = data.shape[1] + 1
-        if self._top + need > self._pool.shape[1]:
-            self._compact(need)
-        lo = self._top
-        hi = lo + need
         pool = self._pool
-        pool[:, lo : hi - 1] = data
-        pool[:, hi - 1] = (length, length + delta, length + delta, 1, 1)  # the decode tail
-        pool[0, lo:hi] += lo << _SHIFT
-        self._top = hi
-        self._base[row], self._slots[row] = lo, need
-        self._info[:, row + 1] = (length, delta, lo << _SHIFT)
+        moved = pool.put(row, ints, floats, length, delta)
+        lo = int(pool.base[row])
+        if moved:  # the live rows' keys moved with their slots
+            live = np.flatnonzero(pool.slots)
+            self._info[_KEY, live + 1] = pool.base[live] << _SHIFT
+        self._info[:, row + 1] = (length, delta if self._delta is None else 0, lo << _SHIFT)
+        if self._delta is not None:
+            self._delta[row + 1] = delta
         if self._device is not None:
-            self._device.sync(pool, self._info, lo, hi, row + 1)
-
-    def _compact(self, need: int) -> None:
-        """Move the live requests' slots to the front of the pool (growing it if ``need`` still does
-        not fit)."""
-        live = np.flatnonzero(self._slots)
-        live = live[np.argsort(self._base[live])]
-        count = self._slots[live]
-        used = int(count.sum())
-        capacity = self._pool.shape[1]
-        if used + need > capacity:
-            capacity = max(2 * capacity, used + need)
-        new_base = np.cumsum(count) - count
-        shift = np.repeat(self._base[live] - new_base, count)
-        src = shift + np.arange(used)
-        pool = _empty_pool(capacity)
-        pool[:, :used] = self._pool[:, src]
-        pool[0, :used] -= shift << _SHIFT
-        self._pool = pool
-        self._base[live] = new_base
-        self._info[_KEY, live + 1] = new_base << _SHIFT
-        self._top = used
-        if self._device is not None:
-            self._device.sync_all(pool, self._info)
+            if moved:
+                self._device.sync_all()
+            else:
+                self._device.sync(lo, pool.top, row + 1)
 
     def _check_max(self, last: np.ndarray) -> None:
         """``last``: per request, the position of its last scheduled index if that is past the prompt."""
@@ -396,11 +420,3 @@ class PositionTable:
         if self._arange.shape[0] < num:
             self._arange = np.arange(max(num, 2 * self._arange.shape[0]), dtype=np.int64)
         return self._arange[:num]
-
-
-def _empty_pool(capacity: int) -> np.ndarray:
-    """A (5, capacity) pool of free slots: keys ``slot << 32``, width 1."""
-    pool = np.zeros((5, capacity), dtype=POSITION_DTYPE)
-    pool[0] = np.arange(capacity, dtype=np.int64) << _SHIFT
-    pool[3] = 1
-    return pool

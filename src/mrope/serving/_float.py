@@ -1,0 +1,58 @@
+"""The numpy step of a float32 :class:`mrope.serving.PositionTable` (Qwen3-Omni's fractional positions).
+
+The same search as the int64 step (:mod:`.table`), with ``t0``, ``hw0`` and the deltas read from the
+table's float64 arrays (float32 values). Each position is the exact float64 sum ``t0 + offset`` (or
+``hw0 + q``, ``hw0 + r + offset``) rounded once to float32, as :func:`mrope.core.render._render_general`
+renders ``family.positions()``; past the prompt ``float64(index) + delta`` rounded once, which for
+indices below 2**24 equals transformers' float32 ``index + delta`` (a float32 sum computed in float64
+and rounded to float32 is the correctly rounded float32 sum).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._checks import FLOAT32, KEY, PLEN, check_out, validate
+from ._pool import FIS_TEXT, FWIDTH, OKEY
+
+
+def fill_float(
+    table: Any, out: np.ndarray, rows: np.ndarray, nc: np.ndarray, ns: np.ndarray, num_tokens: int | None
+) -> int:
+    """:meth:`PositionTable.fill` of a float32 table (arguments already int64 arrays of one length)."""
+    if rows.shape[0] == 0:
+        return check_out(out, 0, num_tokens, FLOAT32)
+    column = rows + 1  # out-of-range rows read the free columns at both ends (mode="clip")
+    info = table._info.take(column, axis=1, mode="clip")
+    num = validate(table.max_requests, rows, nc, ns, info, table.max_index)
+    check_out(out, num, num_tokens, FLOAT32)
+    if num == 0:
+        return 0
+    delta = table._delta.take(column, mode="clip")
+    if table.max_position is not None:  # the last index's position if past the prompt
+        table._check_max((nc + ns - 1 + delta).astype(np.float32))
+    col0 = np.cumsum(ns)
+    col0 -= ns
+    index = np.repeat(nc - col0, ns)
+    index += np.arange(num)
+    dest = out[:, :num]
+    if (nc >= info[PLEN]).all():  # every token past its prompt: index + delta
+        np.add(index, np.repeat(delta, ns), out=dest[0], casting="same_kind")
+        dest[1:] = dest[0]
+        return num
+    pool = table._pool
+    key = index + np.repeat(info[KEY], ns)
+    seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
+    seg -= 1
+    fields = pool.fields.take(seg, axis=1)
+    t0, hw0 = pool.floats.take(seg, axis=1)
+    offset = key - fields[OKEY]
+    q, r = np.divmod(offset, fields[FWIDTH])
+    offset *= fields[FIS_TEXT]
+    np.add(t0, offset, out=dest[0], casting="same_kind")
+    np.add(hw0, q, out=dest[1], casting="same_kind")
+    hw0 += r
+    np.add(hw0, offset, out=dest[2], casting="same_kind")
+    return num
