@@ -35,8 +35,10 @@ def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
 
 def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:
     """An int64 numpy array of the given rank; bool and float inputs are refused with a clear message."""
-    arr = to_numpy(x, name=name)
+    arr = x if type(x) is np.ndarray else to_numpy(x, name=name)
     ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.dtype == np.int64 and arr.ndim in ndims:  # the common case, checked first: no copy
+        return arr
     if arr.ndim not in ndims:
         expected = " or ".join(f"{n}-D" for n in ndims)
         raise MRopeError(f"{name} must be {expected}, got shape {tuple(arr.shape)}")

@@ -69,6 +69,7 @@ class Family:
         merge = getattr(self, "spatial_merge_size", 1)
         if not isinstance(merge, (int, np.integer)) or merge <= 0:
             raise MRopeError(f"spatial_merge_size must be a positive int, got {merge!r}")
+        self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
 
     def with_compat(self, compat: str) -> Family:
         """This family under another convention, with the same settings (overrides included)."""
@@ -255,7 +256,7 @@ class Family:
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
-        unknown = sorted(set(inputs) - set(self.extra_inputs))
+        unknown = sorted(set(inputs) - set(self.extra_inputs)) if inputs else None
         if unknown:
             takes = (
                 f"it takes {', '.join(self.extra_inputs)}"
@@ -340,9 +341,8 @@ class Family:
         grids split into frames, which video and frame each item is, for error messages."""
         if grids.shape[0] == 0 and placeholder_index.size == 0:
             return empty_blocks()
-        merge = self.spatial_merge_size
-        frames, height, width = grids[:, 0], grids[:, 1] // merge, grids[:, 2] // merge
-        num_tokens = frames * height * width
+        merged = grids // self._merge_divisor  # (T, H', W') per item
+        num_tokens = merged.prod(axis=1)
 
         def describe(i: int) -> str:
             if frame_of is None:
@@ -362,7 +362,7 @@ class Family:
         )
         if not isinstance(interval, np.ndarray):
             interval = np.full(start.shape, interval, dtype=np.float32)
-        return Blocks(start, frames, height, width, interval, num_tokens)
+        return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens)
 
 
 def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
