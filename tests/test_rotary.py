@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -345,4 +346,5 @@ def test_config_errors(cfg, match):
 
 def test_importing_rotary_does_not_import_triton():
     code = "import sys, mrope.rotary; assert 'triton' not in sys.modules, 'triton imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the same mrope as this process
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
