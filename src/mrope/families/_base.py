@@ -324,6 +324,24 @@ class Family:
         return arr
 
     # -- helpers for parsers ------------------------------------------------------------------------
+    def token_blocks(
+        self,
+        ids: np.ndarray,
+        token_id: int,
+        grids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        *,
+        what: str,
+        **options: Any,
+    ) -> Blocks:
+        """:meth:`vision_blocks` of the items whose placeholder is ``token_id`` (grids in
+        ``{what}_grid_thw``); ``options``: ``interval``, ``frame_of``."""
+        placeholders = (ids == token_id).nonzero()[0]
+        return self.vision_blocks(
+            placeholders, grids, row_starts, row_lengths, what=what, grid_name=f"{what}_grid_thw", **options
+        )
+
     def vision_blocks(
         self,
         placeholder_index: np.ndarray,

@@ -20,7 +20,15 @@ class Ernie4_5_VL(Qwen2VL):
     rotary_layout = "ernie"
     rotary_is_neox_style = False
 
-    def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
+    def video_blocks(
+        self,
+        ids: np.ndarray,
+        videos: np.ndarray,
+        second_per_grid_ts: np.ndarray | None,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+    ) -> Blocks:
+        """Qwen2-VL's video blocks after the temporal merge: T / temporal_merge_size frames."""
         merge = self.temporal_merge_size
         bad = np.flatnonzero(videos[:, 0] % merge != 0)
         if bad.size:
@@ -31,23 +39,4 @@ class Ernie4_5_VL(Qwen2VL):
             )
         merged = videos.copy()
         merged[:, 0] //= merge
-        return Blocks.concat(
-            [
-                self.vision_blocks(
-                    (ids == self.image_token_id).nonzero()[0],
-                    images,
-                    row_starts,
-                    row_lengths,
-                    what="image",
-                    grid_name="image_grid_thw",
-                ),
-                self.vision_blocks(
-                    (ids == self.video_token_id).nonzero()[0],
-                    merged,
-                    row_starts,
-                    row_lengths,
-                    what="video",
-                    grid_name="video_grid_thw",
-                ),
-            ]
-        )
+        return super().video_blocks(ids, merged, second_per_grid_ts, row_starts, row_lengths)

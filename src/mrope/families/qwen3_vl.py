@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..core import Blocks
-from ._base import Family, split_frames
+from ._base import split_frames
+from .qwen2_vl import Qwen2VL
 
 
-class Qwen3VL(Family):
+class Qwen3VL(Qwen2VL):
     model_types = ("qwen3_vl", "qwen3_vl_moe")
-    settings = {"image_token_id": None, "video_token_id": None, "spatial_merge_size": None}
     rotary_layout = "interleaved"
 
-    def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
+    def video_blocks(
+        self,
+        ids: np.ndarray,
+        videos: np.ndarray,
+        second_per_grid_ts: np.ndarray | None,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+    ) -> Blocks:
+        """One block per video frame (T = 1), the frames separated by timestamp text."""
         frames, frame_of = split_frames(videos)
-        return Blocks.concat(
-            [
-                self.vision_blocks(
-                    (ids == self.image_token_id).nonzero()[0],
-                    images,
-                    row_starts,
-                    row_lengths,
-                    what="image",
-                    grid_name="image_grid_thw",
-                ),
-                self.vision_blocks(
-                    (ids == self.video_token_id).nonzero()[0],
-                    frames,
-                    row_starts,
-                    row_lengths,
-                    what="video",
-                    grid_name="video_grid_thw",
-                    frame_of=frame_of,
-                ),
-            ]
+        return self.token_blocks(
+            ids, self.video_token_id, frames, row_starts, row_lengths, what="video", frame_of=frame_of
         )
