@@ -495,6 +495,8 @@ _DEFAULT_SECTIONS = {  # transformers' class defaults, used when a config leaves
     "qwen3_omni_moe_text": (24, 20, 20),
     "qwen3_5_text": (11, 11, 10),
     "qwen3_5_moe_text": (11, 11, 10),
+    "qwen4_exp_text": (11, 11, 10),
+    "cosmos3_edge_text": (24, 20, 20),
     "glm4v_text": (8, 12, 12),
     "glm4v_moe_text": (8, 12, 12),
     "glm_ocr_text": (8, 12, 12),
