@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Every GPU check of mrope in one run, for a session that is lent a GPU (the device tool runs it from
+# the repository root; results go to $OUT when set). Needs torch with CUDA, triton, numpy, pytest and
+# hypothesis on that machine; transformers and liger-kernel for the comparisons when present.
+# About 5 minutes: the rotary tests and benchmark (compiled Triton kernel, Liger-Kernel), then the
+# serving device path (sync-debug mode, CUDA graph replay, timings against host positions + copy).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-bench-results}"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+export PYTHONPATH=src TRITON_INTERPRET=0
+python -m pytest -q tests/serving/test_device.py tests/ops tests/test_rotary.py 2>&1 | tee "$out/gpu-tests.txt"
+python scripts/gpu_serving_bench.py 2>&1 | tee "$out/gpu-serving.md"
+python -m mrope.cli bench rotary --json "$out/rotary-gpu.json" 2>&1 | tee "$out/gpu-rotary.md"
