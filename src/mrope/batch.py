@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,8 +32,9 @@ def get_rope_index(
 
     Parameters
     ----------
-    config : transformers config, its ``to_dict()``, or a family from :func:`mrope.from_config`
-        (faster: the config is read once).
+    config : transformers config, its ``to_dict()``, or a family from :func:`mrope.from_config`.
+        A config object is read once and its family cached until the object is freed (a loaded
+        model's config does not change); pass a family to control this.
     input_ids : torch tensor or numpy array, shape (B, L), integer
     image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
     second_per_grid_ts : (num_videos,), optional (families that scale video time)
@@ -49,7 +52,7 @@ def get_rope_index(
     if isinstance(config, Family):
         family = config if compat in (None, config.compat) else config.with_compat(compat)
     else:
-        family = from_config(config, compat=compat or "vllm")
+        family = _family_of(config, compat or "vllm")
     given = (("audio_seqlens", audio_seqlens), ("use_audio_in_video", use_audio_in_video))
     inputs = {name: value for name, value in given if value is not None}
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
@@ -96,6 +99,27 @@ def get_rope_index(
         position_ids[:, mask] = positions
     deltas = deltas.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)
+
+
+# families of config objects already read, by id and compat: serializing a transformers config costs
+# more than computing the positions, and a model's config does not change once it is loaded
+_FAMILIES: dict[tuple[int, str], Family] = {}
+
+
+def _family_of(config: Any, compat: str) -> Family:
+    """``from_config(config, compat=compat)``, read once per config object (dicts are read each time)."""
+    if isinstance(config, Mapping):
+        return from_config(config, compat=compat)
+    key = (id(config), compat)
+    family = _FAMILIES.get(key)
+    if family is None:
+        family = from_config(config, compat=compat)
+        try:
+            weakref.finalize(config, _FAMILIES.pop, key, None)
+        except TypeError:  # not weak-referenceable: cannot tell when the id is reused, so do not cache
+            return family
+        _FAMILIES[key] = family
+    return family
 
 
 def _check_mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:
