@@ -49,10 +49,14 @@ def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarra
     return arr.astype(np.int64, copy=False)
 
 
+_NO_GRIDS = np.zeros((0, 3), dtype=np.int64)
+_NO_GRIDS.flags.writeable = False
+
+
 def to_grid_array(x: Any, *, name: str) -> np.ndarray:
     """Grids as an int64 (n, 3) array; ``None`` is an empty grid list."""
     if x is None:
-        return np.zeros((0, 3), dtype=np.int64)
+        return _NO_GRIDS
     arr = to_int_array(x, name=name, ndim=(1, 2))
     if arr.ndim == 1 and arr.size == 0:
         return arr.reshape(0, 3)

@@ -337,7 +337,10 @@ class Family:
     ) -> Blocks:
         """:meth:`vision_blocks` of the items whose placeholder is ``token_id`` (grids in
         ``{what}_grid_thw``); ``options``: ``interval``, ``frame_of``."""
-        placeholders = (ids == token_id).nonzero()[0]
+        is_placeholder = ids == token_id
+        if grids.shape[0] == 0 and not is_placeholder.any():  # the common "no videos" case: no index array
+            return empty_blocks()
+        placeholders = is_placeholder.nonzero()[0]
         return self.vision_blocks(
             placeholders, grids, row_starts, row_lengths, what=what, grid_name=f"{what}_grid_thw", **options
         )
