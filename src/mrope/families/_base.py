@@ -195,18 +195,14 @@ class Family:
 
         The arguments are those of :meth:`positions`. Omni tables may carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.render`)."""
-        ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        rows = np.array([0, ids.size], dtype=np.int64)
-        table, delta = self.stream_segments(
-            ids,
-            rows[:1],
-            rows[1:],
+        return self._one_prompt(
+            self.stream_segments,
+            input_ids,
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
-            **_given(audio_seqlens, use_audio_in_video),
+            _given(audio_seqlens, use_audio_in_video),
         )
-        return table, delta[0].item()
 
     def positions(
         self,
@@ -241,18 +237,32 @@ class Family:
             Placeholder counts that do not match the grids or audio lengths, bad grids, times or
             lengths, bad input shapes, audio inputs given to a family without audio.
         """
-        ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        rows = np.array([0, ids.size], dtype=np.int64)
-        positions, delta = self.stream_positions(
-            ids,
-            rows[:1],
-            rows[1:],
+        return self._one_prompt(
+            self.stream_positions,
+            input_ids,
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
-            **_given(audio_seqlens, use_audio_in_video),
+            _given(audio_seqlens, use_audio_in_video),
         )
-        return positions, delta[0].item()
+
+    @staticmethod
+    def _one_prompt(
+        stream_method: Any,
+        input_ids: Any,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        inputs: dict[str, Any],
+    ) -> tuple[Any, int | float]:
+        """``stream_method`` (:meth:`stream_positions` or :meth:`stream_segments`) on one prompt as a
+        one-row stream; the delta as a Python number."""
+        ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        rows = np.array([0, ids.size], dtype=np.int64)
+        result, delta = stream_method(
+            ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
+        )
+        return result, delta[0].item()
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
