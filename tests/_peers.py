@@ -9,6 +9,7 @@ under ``CI``, where a missing peer fails the test.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -44,6 +45,17 @@ def require(*modules: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def require_module(name: str) -> Any:
+    """The module ``name``, for a test module's top level: skips the whole module if it is missing,
+    fails under CI (where ``make test`` installs every peer)."""
+    if not _installed(name):
+        message = f"{name} is not installed (make test installs it)"
+        if os.environ.get("CI"):
+            raise RuntimeError(message)
+        pytest.skip(message, allow_module_level=True)
+    return importlib.import_module(name)
 
 
 def as_torch_ids(rows: list[list[int]]) -> Any:

@@ -10,10 +10,11 @@ import sys
 import pytest
 import torch
 
+from _peers import require_module
 from mrope._errors import MRopeError
 from mrope.rotary import MRotaryEmbedding, apply_mrope, rotary_embedding_from_config, section_rows
 
-transformers = pytest.importorskip("transformers")
+transformers = require_module("transformers")
 from transformers import CONFIG_MAPPING  # noqa: E402
 
 

@@ -4,7 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("transformers")
+from _peers import require_module
+
+require_module("transformers")
 from _builders import check_against_transformers, vision_prompts  # noqa: E402
 
 import mrope  # noqa: E402

@@ -7,12 +7,11 @@ supported or added to ``KNOWN_UNSUPPORTED``.
 import ast
 import pathlib
 
-import pytest
-
 import mrope
+from _peers import require_module
 from mrope.peers import TRANSFORMERS_MODELS
 
-transformers = pytest.importorskip("transformers")
+transformers = require_module("transformers")
 
 KNOWN_UNSUPPORTED = {
     "glm_image": "image generation: positions of the image tokens still to be generated are cached per "

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("transformers")
+from _peers import require_module
+
+require_module("transformers")
 from _builders import check_omni_against_transformers, omni_prompts  # noqa: E402
 
 import mrope  # noqa: E402

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("transformers")
+from _peers import require_module
+
+require_module("transformers")
 from _builders import (  # noqa: E402
     check_omni_against_sglang,
     check_omni_against_transformers,

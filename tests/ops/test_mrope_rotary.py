@@ -11,7 +11,9 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("triton")
+from _peers import require_module
+
+require_module("triton")
 
 from mrope._errors import MRopeError  # noqa: E402
 from mrope.rotary import MRotaryEmbedding  # noqa: E402
