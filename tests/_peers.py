@@ -58,6 +58,20 @@ def require_module(name: str) -> Any:
     return importlib.import_module(name)
 
 
+def torch_grids(grids: dict[str, Any]) -> dict[str, Any]:
+    """List-valued grids as the processors give them to the peers: int64 grids (None when empty),
+    float32 ``second_per_grid_ts`` (left out when None)."""
+    import torch
+
+    kwargs = {
+        name: torch.tensor(grids[name]) if grids.get(name) else None
+        for name in ("image_grid_thw", "video_grid_thw")
+    }
+    if grids.get("second_per_grid_ts") is not None:
+        kwargs["second_per_grid_ts"] = torch.tensor(grids["second_per_grid_ts"], dtype=torch.float32)
+    return kwargs
+
+
 def as_torch_ids(rows: list[list[int]]) -> Any:
     import torch
 
@@ -84,16 +98,7 @@ class PeerSetup:
 
         from mrope import peers
 
-        kwargs = {
-            "image_grid_thw": None
-            if not grids.get("image_grid_thw")
-            else torch.tensor(grids["image_grid_thw"]),
-            "video_grid_thw": None
-            if not grids.get("video_grid_thw")
-            else torch.tensor(grids["video_grid_thw"]),
-        }
-        if grids.get("second_per_grid_ts") is not None:
-            kwargs["second_per_grid_ts"] = torch.tensor(grids["second_per_grid_ts"], dtype=torch.float32)
+        kwargs = torch_grids(grids)
         if attention_mask is not None:
             kwargs["attention_mask"] = torch.tensor(attention_mask, dtype=torch.int64)
         family = self.family("transformers")
@@ -103,21 +108,11 @@ class PeerSetup:
     def sglang(self, input_ids: list[int], grids: dict[str, Any]):
         """SGLang's ``get_rope_index`` (or ``get_rope_index_glm4v``) on one unpadded prompt:
         (positions (3, L), delta) as numpy and int."""
-        import torch
 
         from mrope import peers
 
         family = self.family("vllm")
-        kwargs = {
-            "image_grid_thw": None
-            if not grids.get("image_grid_thw")
-            else torch.tensor(grids["image_grid_thw"]),
-            "video_grid_thw": None
-            if not grids.get("video_grid_thw")
-            else torch.tensor(grids["video_grid_thw"]),
-        }
-        if grids.get("second_per_grid_ts") is not None:
-            kwargs["second_per_grid_ts"] = torch.tensor(grids["second_per_grid_ts"], dtype=torch.float32)
+        kwargs = torch_grids(grids)
         pos, delta = peers.sglang_rope_index(family, as_torch_ids([input_ids]), **kwargs)
         return peers.as_numpy(pos)[:, 0], int(peers.as_numpy(delta).reshape(-1)[0])
 

@@ -119,9 +119,7 @@ class Family:
 
         Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
         be placeholders (the batch API blanks padding to -1)."""
-        images = self.check_grids(image_grid_thw, "image_grid_thw")
-        videos = self.check_grids(video_grid_thw, "video_grid_thw")
-        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
         return self.parse(ids, row_starts, row_lengths, images, videos, seconds)
 
     def place_stream(
@@ -285,6 +283,14 @@ class Family:
         )
 
     # -- checks -------------------------------------------------------------------------------------
+    def check_vision_inputs(
+        self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The checked image grids, video grids and seconds per video grid step (None if not given)."""
+        images = self.check_grids(image_grid_thw, "image_grid_thw")
+        videos = self.check_grids(video_grid_thw, "video_grid_thw")
+        return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+
     def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
         """Grids as an int64 (n, 3) array, every value > 0 and H, W divisible by the merge size."""
         grids = to_grid_array(grid_thw, name=name)

@@ -323,9 +323,7 @@ class OmniFamily(Family):
         **inputs: Any,
     ) -> tuple[SegmentTable, np.ndarray]:
         self.check_extra_inputs(inputs)
-        images = self.check_grids(image_grid_thw, "image_grid_thw")
-        videos = self.check_grids(video_grid_thw, "video_grid_thw")
-        seconds = self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
         seconds = np.ones(len(videos)) if seconds is None else seconds
         use_audio_in_video = inputs.get("use_audio_in_video", False)
         if not isinstance(use_audio_in_video, (bool, np.bool_)):
