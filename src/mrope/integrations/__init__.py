@@ -1,0 +1,1 @@
+"""mrope inside other tools: :mod:`mrope.integrations.vllm` (a vLLM plugin)."""
