@@ -1,7 +1,12 @@
-"""PositionTable.fill (numpy path, and the torch path on the CPU) against the plain reference, over
-random sequences of engine steps."""
+"""PositionTable.fill and decode (the compiled and the numpy step, and the torch path on the CPU)
+against the plain reference, over random sequences of engine steps."""
 
 from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,10 +16,34 @@ from _engine import CONFIGS, OMNI, Live, family, reference, register
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mrope import MRopeError
 from mrope.serving import PositionTable
 from strategies import Image, Video, build_prompt, prompts, text
 
 CAPACITY = 400  # columns of the step buffer; steps are kept below it
+INDEX_DTYPES = [np.int64, np.int32]  # vLLM's counts are int32 numpy arrays
+
+
+class Tables:
+    """Several tables fed the same requests (``register`` takes it for one table)."""
+
+    def __init__(self, *tables: PositionTable) -> None:
+        self.tables = tables
+
+    def add(self, *args, **kwargs) -> None:
+        for table in self.tables:
+            table.add(*args, **kwargs)
+
+    def add_positions(self, *args) -> None:
+        for table in self.tables:
+            table.add_positions(*args)
+
+    def remove(self, row: int) -> None:
+        for table in self.tables:
+            table.remove(row)
+
+    def __contains__(self, row: int) -> bool:
+        return all(row in table for table in self.tables)
 
 
 def _prompt(data: st.DataObject, fam) -> tuple[list[int], dict]:
@@ -36,9 +65,10 @@ def _prompt(data: st.DataObject, fam) -> tuple[list[int], dict]:
 
 @settings(max_examples=30)
 @given(data=st.data())
-def test_random_engine_steps(data: st.DataObject) -> None:
-    """Every column of every step equals the request's ``family.positions()``, then ``index + delta``;
-    the torch path writes the same; nothing past the step's columns is touched."""
+def test_random_engine_steps(backend: str, data: st.DataObject) -> None:
+    """Every column of every step equals the request's ``family.positions()``, then ``index + delta``,
+    on the table's backend and on a numpy twin, from int64 and int32 inputs; ``decode`` of the requests
+    past their prompt too; the torch path writes the same; nothing past the step's columns is touched."""
     compat = data.draw(st.sampled_from(["vllm", "transformers"]), label="compat")
     names = data.draw(
         st.lists(st.sampled_from(sorted(CONFIGS) + list(OMNI)), min_size=1, max_size=4, unique=True),
@@ -50,9 +80,16 @@ def test_random_engine_steps(data: st.DataObject) -> None:
     floats = "qwen3_omni_moe" in names or data.draw(st.integers(0, 4), label="float table") == 0
     dtype = np.float32 if floats else np.int64
     # a tiny pool forces compaction and growth
+    capacity = data.draw(st.integers(1, 12), label="pool capacity")
     table = PositionTable(
-        num_rows, device=torch.device("cpu"), pool_capacity=data.draw(st.integers(1, 12)), dtype=dtype
+        num_rows,
+        device=torch.device("cpu"),
+        pool_capacity=capacity,
+        dtype=dtype,
+        backend="numpy" if floats else backend,  # float32 tables take the numpy step
     )
+    assert table.backend == ("numpy" if floats else backend)
+    tables = Tables(table, PositionTable(num_rows, pool_capacity=capacity, dtype=dtype, backend="numpy"))
     live: dict[int, Live] = {}
     buffer = np.full((3, CAPACITY + 1), -7, dtype=dtype)
     for _ in range(data.draw(st.integers(1, 8), label="steps")):
@@ -61,23 +98,23 @@ def test_random_engine_steps(data: st.DataObject) -> None:
                 fam = data.draw(st.sampled_from(fams), label="family")
                 ids, kwargs = _prompt(data, fam)
                 live[row] = register(
-                    table, row, fam, ids, kwargs, data.draw(st.booleans(), label="precomputed")
+                    tables, row, fam, ids, kwargs, data.draw(st.booleans(), label="precomputed")
                 )
         for row in sorted(live):
             action = data.draw(
                 st.sampled_from(["run", "run", "run", "finish", "preempt"]), label=f"row {row}"
             )
             if action == "finish":
-                table.remove(row)
+                tables.remove(row)
                 del live[row]
             elif action == "preempt":  # re-add with prompt + generated tokens, recomputed from index 0
                 req = live.pop(row)
-                table.remove(row)
+                tables.remove(row)
                 generated = max(0, req.computed - len(req.ids))
                 ids = req.ids + data.draw(
                     st.lists(st.integers(0, 1000), min_size=generated, max_size=generated)
                 )
-                live[row] = register(table, row, req.fam, ids, req.kwargs, data.draw(st.booleans()))
+                live[row] = register(tables, row, req.fam, ids, req.kwargs, data.draw(st.booleans()))
         order = data.draw(st.permutations(sorted(live)), label="order")
         rows = order[: data.draw(st.integers(0, len(order)), label="scheduled")]
         counts = []
@@ -95,15 +132,32 @@ def test_random_engine_steps(data: st.DataObject) -> None:
         expected = np.concatenate([np.zeros((3, 0), dtype=dtype), *expected], axis=1)
         num = expected.shape[1]
         assert num <= CAPACITY
-        rows_np, nc = (
-            np.array(rows, dtype=np.int64),
-            np.array([live[r].computed for r in rows], dtype=np.int64),
+        rows_np, nc, ns = (
+            np.array(values, dtype=data.draw(st.sampled_from(INDEX_DTYPES), label=f"{name} dtype"))
+            for name, values in (
+                ("rows", rows),
+                ("num_computed", [live[r].computed for r in rows]),
+                ("num_scheduled", counts),
+            )
         )
-        ns = np.array(counts, dtype=np.int64)
-        buffer.fill(-7)
-        assert table.fill(buffer[:, :CAPACITY], rows_np, nc, ns) == num
-        np.testing.assert_array_equal(buffer[:, :num], expected, err_msg=f"rows {rows}, nc {nc}, ns {ns}")
-        assert (buffer[:, num:] == -7).all()
+        for each in tables.tables:  # the backend's step, then the numpy twin's
+            buffer.fill(-7)
+            assert each.fill(buffer[:, :CAPACITY], rows_np, nc, ns) == num
+            np.testing.assert_array_equal(
+                buffer[:, :num], expected, err_msg=f"{each.backend}: rows {rows}, nc {nc}, ns {ns}"
+            )
+            assert (buffer[:, num:] == -7).all()
+        # decode: the requests past their prompt, their next index (seq_len - 1)
+        past = [r for r in rows if live[r].computed >= len(live[r].ids)]
+        seq_lens = np.array([live[r].computed + 1 for r in past], dtype=ns.dtype)
+        decoded = [reference(live[r].positions, live[r].delta, live[r].computed, 1, dtype) for r in past]
+        for each in tables.tables:
+            buffer.fill(-7)
+            assert each.decode(buffer, np.array(past, dtype=rows_np.dtype), seq_lens) == len(past)
+            np.testing.assert_array_equal(
+                buffer[:, : len(past)], np.concatenate([np.zeros((3, 0), dtype=dtype), *decoded], axis=1)
+            )
+            assert (buffer[:, len(past) :] == -7).all()
         # torch path: int32 inputs, a fixed capacity past the real tokens (zeros there)
         out = torch.full((3, num + 5), -7, dtype=torch.float32 if floats else torch.int64)
         extra = data.draw(st.integers(0, 3), label="padding columns")
@@ -116,11 +170,11 @@ def test_random_engine_steps(data: st.DataObject) -> None:
             live[r].computed += c
 
 
-def test_decode_numpy_and_torch() -> None:
+def test_decode_numpy_and_torch(backend: str) -> None:
     """``decode(out, rows, seq_lens)``: ``seq_lens - 1 + delta`` on all rows, numpy and torch alike."""
     fam = family("qwen2_5_vl")
     p = build_prompt(fam, [text(3), Video(4, 2, 2), text(2), Image(2, 3)], [2.5])
-    table = PositionTable(4)
+    table = PositionTable(4, backend=backend)
     table.add(2, fam, p.input_ids, **p.kwargs())
     table.add(0, fam, text(5))
     positions, delta = fam.positions(p.input_ids, **p.kwargs())
@@ -168,12 +222,12 @@ def test_state_does_not_grow_with_prompt_length() -> None:
     assert table.state_nbytes(2) < 300 < 3 * 8 * len(big.input_ids)
 
 
-def test_pool_compaction_keeps_requests() -> None:
+def test_pool_compaction_keeps_requests(backend: str) -> None:
     """Filling a small pool with adds and removes compacts it; positions stay right."""
     fam = family("qwen3_vl")
     p = build_prompt(fam, [text(2), Video(3, 2, 2, ((1,), (2, 3), ())), text(4)])
     positions, delta = fam.positions(p.input_ids, **p.kwargs())
-    table = PositionTable(3, pool_capacity=4)
+    table = PositionTable(3, pool_capacity=4, backend=backend)
     for i in range(21):
         table.add(i % 3, fam, p.input_ids, **p.kwargs())
         if i % 3 == 2:
@@ -184,3 +238,67 @@ def test_pool_compaction_keeps_requests() -> None:
     table.fill(out, np.array([0]), np.array([0]), np.array([out.shape[1]]))
     np.testing.assert_array_equal(out[:, :-1], positions)
     assert out[0, -1] == positions.shape[1] + delta
+
+
+def test_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``backend="auto"`` takes numba where it imports, unless ``MROPE_NUMBA=0``; float32 tables take
+    numpy; a bad or impossible choice raises."""
+    numba = importlib.util.find_spec("numba") is not None
+    monkeypatch.delenv("MROPE_NUMBA", raising=False)
+    assert PositionTable(1).backend == ("numba" if numba else "numpy")
+    assert PositionTable(1, backend="numpy").backend == "numpy"
+    assert PositionTable(1, dtype=np.float32).backend == "numpy"
+    monkeypatch.setenv("MROPE_NUMBA", "0")
+    assert PositionTable(1).backend == "numpy"
+    for bad, match in (("cuda", "backend must be one of"), (None, "backend must be one of")):
+        with pytest.raises(MRopeError, match=match):
+            PositionTable(1, backend=bad)
+    with pytest.raises(MRopeError, match="int64 tables"):
+        PositionTable(1, dtype=np.float32, backend="numba")
+
+
+def test_without_numba() -> None:
+    """Where numba does not import, ``"auto"`` is numpy and ``"numba"`` raises."""
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import numpy as np, mrope\n"
+        "assert mrope.PositionTable(1).backend == 'numpy'\n"
+        "try:\n"
+        "    mrope.PositionTable(1, backend='numba')\n"
+        "except mrope.MRopeError as err:\n"
+        "    assert 'needs numba' in str(err), err\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("dtype", INDEX_DTYPES)
+def test_index_arrays_are_read_as_they_are(backend: str, dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """int64 and int32 numpy rows and counts (vLLM's) are read without conversion, strided ``out`` too."""
+    from mrope.serving import table as table_module
+
+    fam = family("qwen2_vl")
+    p = build_prompt(fam, [text(3), Image(4, 6), text(2)])
+    positions, delta = fam.positions(p.input_ids, **p.kwargs())
+    table = PositionTable(4, backend=backend)
+    table.add(3, fam, p.input_ids, **p.kwargs())
+    table.add(1, fam, text(5))
+
+    def refuse(x, name):
+        raise AssertionError(f"{name} was converted")
+
+    monkeypatch.setattr(table_module, "as_index", refuse)
+    buffer = np.full((3, 64), -7, dtype=np.int64)
+    rows, nc, ns = (np.array(v, dtype=dtype) for v in ([3, 1], [4, 5], [len(p.input_ids), 2]))
+    num = len(p.input_ids) + 2
+    assert table.fill(buffer[:, :40], rows, nc, ns) == num
+    short = fam.positions(text(5))
+    expected = np.concatenate(
+        [reference(positions, delta, 4, len(p.input_ids)), reference(*short, 5, 2)], axis=1
+    )
+    np.testing.assert_array_equal(buffer[:, :num], expected)
+    assert (buffer[:, num:] == -7).all()
+    assert table.decode(buffer[:, :40], rows, nc + ns) == 2
+    np.testing.assert_array_equal(buffer[:, 0], expected[:, -3])

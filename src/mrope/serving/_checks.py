@@ -17,6 +17,8 @@ FLOAT_MAX_INDEX = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free row: no index is ever "past" it
 PLEN, DELTA, KEY = 0, 1, 2  # rows of the per-request info array
 INT64 = np.dtype(np.int64)
+INT32 = np.dtype(np.int32)
+INDEX_DTYPES = frozenset({INT64, INT32})  # rows and counts read as they are (no copy)
 FLOAT32 = np.dtype(np.float32)
 
 
@@ -56,7 +58,7 @@ def validate(
     if nc.min() < 0:
         i = int(np.argmin(nc))
         raise MRopeError(f"num_computed[{i}] = {nc[i]} (row {rows[i]}): counts must be >= 0")
-    end = nc + ns
+    end = np.add(nc, ns, dtype=np.int64)  # int32 counts must not wrap
     if end.max() >= max_index:
         i = int(np.argmax(end))
         raise MRopeError(f"row {rows[i]}: sequence index {end[i] - 1} is beyond {max_index - 1}")
@@ -79,12 +81,12 @@ def check_out(out: np.ndarray, num: int, num_tokens: int | None, dtype: np.dtype
 
 
 def as_index(x: Any, name: str) -> np.ndarray:
-    """A 1-D int64 numpy array, without a copy when ``x`` already is one."""
-    if type(x) is np.ndarray and x.dtype is INT64 and x.ndim == 1:
+    """A 1-D int64 or int32 numpy array, without a copy when ``x`` already is one."""
+    if type(x) is np.ndarray and x.dtype in INDEX_DTYPES and x.ndim == 1:
         return x
     arr = to_numpy(x, name=name)
     if arr.ndim != 1:
         raise MRopeError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype == np.float64):
         raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+    return arr if arr.dtype in INDEX_DTYPES else arr.astype(np.int64)

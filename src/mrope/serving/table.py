@@ -8,10 +8,15 @@ whole pool and one ``searchsorted`` finds the segment of every scheduled token o
 Positions then follow the formula of :mod:`mrope.core.render` (offsets counted from each segment's
 ``origin``). Steps where every token lies past its prompt (decode, speculative decode) skip the
 search: ``index + delta[row]``. float32 tables (Qwen3-Omni) take :mod:`._float`'s step.
+
+Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
+:mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
+``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0`` keep numpy.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -22,6 +27,7 @@ from ._checks import DEAD as _DEAD
 from ._checks import DELTA as _DELTA
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import FLOAT_MAX_INDEX as _FLOAT_MAX_INDEX
+from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
 from ._checks import KEY as _KEY
 from ._checks import MAX_INDEX as _MAX_INDEX
@@ -31,6 +37,32 @@ from ._float import fill_float
 from ._pool import SHIFT as _SHIFT
 from ._pool import Pool
 from ._segments import from_positions, nonempty, positions_input
+
+_LAST, _END, _NOT_NC, _NOT_NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
+BACKENDS = ("auto", "numba", "numpy")
+NUMBA_ENV = "MROPE_NUMBA"  # "0": tables with backend="auto" use numpy
+
+
+def compiled_step(backend: str, floats: bool) -> Any:
+    """The compiled step of :mod:`._compiled` for a table of ``backend`` (``None``: the numpy step).
+
+    ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA=0``; ``"numba"``: required
+    (:class:`MRopeError` without numba, or for a float32 table); ``"numpy"``: never."""
+    if backend not in BACKENDS:
+        raise MRopeError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if backend == "numpy" or (backend == "auto" and (floats or os.environ.get(NUMBA_ENV, "").strip() == "0")):
+        return None
+    if floats:
+        raise MRopeError(
+            "backend='numba' serves int64 tables; a float32 table takes backend='numpy' or 'auto'"
+        )
+    try:
+        from ._compiled import fill
+    except ImportError as err:  # numba missing, or not built for this numpy
+        if backend == "numba":
+            raise MRopeError(f"backend='numba' needs numba (pip install numba): {err}") from None
+        return None
+    return fill
 
 
 class PositionTable:
@@ -60,6 +92,13 @@ class PositionTable:
         2**24, where ``float32(j)`` is exact (beyond it :class:`MRopeError`). Other families go into a
         float32 table too (their positions as float32, exact below 2**24). The int64 path is not
         slowed down by float32 tables: each table has one dtype and one step.
+    backend : ``"auto"`` (default), ``"numba"`` or ``"numpy"``
+        How an int64 table's numpy-path :meth:`fill` and :meth:`decode` run: ``"numba"`` compiles the
+        step into one pass over its tokens (:mod:`mrope.serving._compiled`; needs numba, which every
+        vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
+        can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0``. Both write the same
+        positions and raise the same errors. float32 tables always use numpy. ``table.backend`` tells
+        which one runs.
 
     Examples
     --------
@@ -77,6 +116,7 @@ class PositionTable:
         max_position: int | None = None,
         pool_capacity: int | None = None,
         dtype: Any = np.int64,
+        backend: str = "auto",
     ) -> None:
         if not isinstance(max_requests, (int, np.integer)) or max_requests <= 0:
             raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
@@ -102,6 +142,8 @@ class PositionTable:
         self._pool = Pool(capacity, self.max_requests, floats)
         self._scratch = np.empty((5, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
+        self._kernel = compiled_step(backend, floats)  # None: the numpy step
+        self.backend = "numpy" if self._kernel is None else "numba"
         self._device_name = device
         self._device = None  # the torch mirror, see mrope.serving.device
         if not (isinstance(device, str) and device == "cpu"):
@@ -230,7 +272,8 @@ class PositionTable:
         out : numpy.ndarray (3, >= N) of the table's dtype (int64, or float32), may be a strided view
             (e.g. of a pinned torch buffer); or a torch tensor on the table's device (the device path,
             see :meth:`mrope.serving.device.DeviceTable.fill`).
-        rows, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch path)
+        rows, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch
+            path); int32 and int64 numpy arrays are read without a copy
         num_tokens : int, optional on the numpy path (N is computed); required on the torch path, where
             it is ``sum(num_scheduled)`` or a fixed capacity (columns past the real tokens get 0).
 
@@ -242,81 +285,17 @@ class PositionTable:
         ------
         MRopeError
             A row out of range or not live, a negative count, arrays of different lengths, ``out`` too
-            small or not (3, n) of the table's dtype, positions reaching ``max_position``, (float32
-            tables) indices reaching 2**24. Nothing is written.
+            small or not (3, n) of the table's dtype, positions reaching ``max_position``, indices
+            reaching the table's bound (2**32; float32 tables 2**24). Nothing is written.
         """
-        if not isinstance(out, np.ndarray):
-            if is_torch_tensor(out):
-                return self._device_state(out.device).fill(out, rows, num_computed, num_scheduled, num_tokens)
-            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
-        # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
-        if type(rows) is not np.ndarray or rows.dtype is not _INT64 or rows.ndim != 1:
-            rows = as_index(rows, "rows")
-        if type(num_computed) is not np.ndarray or num_computed.dtype is not _INT64 or num_computed.ndim != 1:
-            num_computed = as_index(num_computed, "num_computed")
-        if (
-            type(num_scheduled) is not np.ndarray
-            or num_scheduled.dtype is not _INT64
-            or num_scheduled.ndim != 1
-        ):
-            num_scheduled = as_index(num_scheduled, "num_scheduled")
-        nc, ns = num_computed, num_scheduled
-        n = rows.shape[0]
-        if nc.shape[0] != n or ns.shape[0] != n:
-            raise MRopeError(
-                f"rows, num_computed and num_scheduled must have one length, got {n}, "
-                f"{nc.shape[0]}, {ns.shape[0]}"
-            )
-        if self._delta is not None:
-            return fill_float(self, out, rows, nc, ns, num_tokens)
-        if n == 0:
-            return check_out(out, 0, num_tokens)
-        if self._flags.shape[0] < n:
-            self._grow_scratch(n)
-        # row r's info is column r + 1; columns 0 and max_requests + 1 are free rows that catch
-        # out-of-range rows (mode="clip"), so one take validates rows too
-        index = np.add(rows, 1, out=self._row_scratch[:n])
-        info = self._info.take(index, axis=1, mode="clip", out=self._row_info[:, :n])
-        before = np.less(nc, info[_PLEN], out=self._flags[:n])  # inside the prompt, or a free row
-        # decode (one token per request, past its prompt)? Compared as bytes: one memcmp each, several
-        # times cheaper than a ufunc and a count
-        if ns.tobytes() == self._ones[: 8 * n] and before.tobytes() == self._zeros[:n]:
-            check_out(out, n, num_tokens)
-            first = np.add(nc, info[_DELTA], out=index)
-            if self.max_position is not None:
-                self._check_max(first)
-            np.copyto(out[:, :n], first)
-            return n
-        num = validate(self.max_requests, rows, nc, ns, info)
-        check_out(out, num, num_tokens)
-        if num == 0:
-            return 0
-        # the last index's position if past the prompt (the prompt's own were checked at add)
-        if self.max_position is not None:
-            self._check_max(nc + ns + info[_DELTA] - 1)
-        col0 = np.cumsum(ns)
-        col0 -= ns  # first column of each request
-        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: index + delta
-            col = np.repeat(nc + info[_DELTA] - col0, ns)
-            col += self._ramp(num)
-            np.copyto(out[:, :num], col)
-            return num
-        key = np.repeat(info[_KEY] + nc - col0, ns)
-        key += self._ramp(num)
-        pool = self._pool
-        seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
-        seg -= 1
-        fields = self._scratch_tokens(num)
-        np.take(pool.fields, seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
-        origin, t0, hw0, width, is_text = fields
-        offset = np.subtract(key, origin, out=key)
-        np.divmod(offset, width, out=(origin, width))
-        offset *= is_text
-        np.add(t0, offset, out=out[0, :num])
-        np.add(hw0, origin, out=out[1, :num])
-        np.add(hw0, width, out=out[2, :num])
-        out[2, :num] += offset
-        return num
+        if type(out) is np.ndarray:
+            if self._kernel is not None:
+                num = self._compiled(out, rows, num_computed, num_scheduled, False, num_tokens)
+                if num >= 0:
+                    return num
+        elif is_torch_tensor(out):
+            return self._device_state(out.device).fill(out, rows, num_computed, num_scheduled, num_tokens)
+        return self._fill_numpy(out, rows, num_computed, num_scheduled, num_tokens)
 
     def decode(self, out: Any, rows: Any, seq_lens: Any) -> int:
         """Decode positions ``seq_lens - 1 + delta[rows]`` on all three rows of ``out[:, :num_reqs]``.
@@ -325,10 +304,14 @@ class PositionTable:
         on the table's device this runs there with no host synchronization (the second seed's SGLang
         path); with numpy it is :meth:`fill` with one token per request. Returns num_reqs.
         """
-        if is_torch_tensor(out):
+        if type(out) is np.ndarray:
+            if self._kernel is not None:
+                num = self._compiled(out, rows, seq_lens, seq_lens, True, None)
+                if num >= 0:
+                    return num
+        elif is_torch_tensor(out):
             return self._device_state(out.device).decode(out, rows, seq_lens)
-        lens = as_index(seq_lens, "seq_lens")
-        return self.fill(out, rows, lens - 1, np.ones_like(lens))
+        return self._decode_numpy(out, rows, seq_lens)
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a device-path step since the last check had bad input.
@@ -394,6 +377,163 @@ class PositionTable:
             else:
                 self._device.sync(lo, pool.top, row + 1)
 
+    def _compiled(
+        self, out: np.ndarray, rows: Any, first: Any, count: Any, decode: bool, num_tokens: Any
+    ) -> int:
+        """The compiled step (:mod:`._compiled`), or -1 where the inputs are not the kernel's kind (the
+        numpy path converts or refuses them). Bad values make the numpy path raise its error."""
+        if (
+            type(rows) is not np.ndarray
+            or type(first) is not np.ndarray
+            or type(count) is not np.ndarray
+            or (rows.dtype is not _INT64 and rows.dtype is not _INT32)
+            or (first.dtype is not _INT64 and first.dtype is not _INT32)
+            or (count.dtype is not _INT64 and count.dtype is not _INT32)
+            or rows.ndim != 1
+            or first.ndim != 1
+            or count.ndim != 1
+            or out.dtype is not _INT64
+            or out.ndim != 2
+            or out.shape[0] != 3
+            or not out.flags.writeable
+            or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
+        ):
+            return -1
+        n = rows.shape[0]
+        if first.shape[0] != n or count.shape[0] != n:
+            return -1
+        pool = self._pool
+        max_position = self.max_position
+        num = self._kernel(
+            out,
+            rows,
+            first,
+            count,
+            decode,
+            self._info,
+            pool.keys,
+            pool.fields,
+            -1 if max_position is None else max_position,
+            self.max_index,
+            -1 if num_tokens is None else num_tokens,
+        )
+        if num < 0:  # bad input, nothing written: the numpy path names the error
+            if decode:
+                self._decode_numpy(out, rows, first)
+            else:
+                self._fill_numpy(out, rows, first, count, num_tokens)
+            raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
+        return num
+
+    def _decode_numpy(self, out: Any, rows: Any, seq_lens: Any) -> int:
+        lens = seq_lens
+        if (
+            type(lens) is not np.ndarray
+            or (lens.dtype is not _INT64 and lens.dtype is not _INT32)
+            or lens.ndim != 1
+        ):
+            lens = as_index(seq_lens, "seq_lens")
+        return self._fill_numpy(out, rows, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None)
+
+    def _fill_numpy(self, out: Any, rows: Any, nc: Any, ns: Any, num_tokens: int | None) -> int:
+        """:meth:`fill`'s numpy path (and its error messages, for the compiled path too)."""
+        if not isinstance(out, np.ndarray):
+            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
+        # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
+        if (
+            type(rows) is not np.ndarray
+            or (rows.dtype is not _INT64 and rows.dtype is not _INT32)
+            or rows.ndim != 1
+        ):
+            rows = as_index(rows, "rows")
+        if type(nc) is not np.ndarray or (nc.dtype is not _INT64 and nc.dtype is not _INT32) or nc.ndim != 1:
+            nc = as_index(nc, "num_computed")
+        if type(ns) is not np.ndarray or (ns.dtype is not _INT64 and ns.dtype is not _INT32) or ns.ndim != 1:
+            ns = as_index(ns, "num_scheduled")
+        n = rows.shape[0]
+        if nc.shape[0] != n or ns.shape[0] != n:
+            raise MRopeError(
+                f"rows, num_computed and num_scheduled must have one length, got {n}, "
+                f"{nc.shape[0]}, {ns.shape[0]}"
+            )
+        if self._delta is not None:
+            return fill_float(self, out, rows, nc, ns, num_tokens)
+        if n == 0:
+            return check_out(out, 0, num_tokens)
+        if self._flags.shape[0] < n:
+            self._grow_scratch(n)
+        # per-request scratch: rows _LAST (end + delta), _END (num_computed + num_scheduled),
+        # _NOT_NC and _NOT_NS (~count: >= 0 exactly for a negative count), then the rows' info
+        # (_PLEN, _DELTA, _KEY), taken there: one max over rows _LAST ... _PLEN checks every bound
+        scratch = self._row_info[:, :n]
+        # row r's info is column r + 1; columns 0 and max_requests + 1 are free rows that catch
+        # out-of-range rows (mode="clip"), so one take validates rows too
+        index = np.add(rows, 1, out=self._row_scratch[:n])
+        info = self._info.take(index, axis=1, mode="clip", out=scratch[_INFO:])
+        before = np.less(nc, info[_PLEN], out=self._flags[:n])  # inside the prompt, or a free row
+        # decode (one token per request, past its prompt)? Compared as bytes: one memcmp each, several
+        # times cheaper than a ufunc and a count
+        ones = self._ones if ns.dtype is _INT64 else self._ones32
+        if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
+            # the last index below the bound (an int32 index always is)
+            if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index - 1:
+                validate(self.max_requests, rows, nc, ns, info, self.max_index)
+            check_out(out, n, num_tokens)
+            first = np.add(nc, info[_DELTA], out=index)
+            if self.max_position is not None:
+                self._check_max(first)
+            np.copyto(out[:, :n], first)
+            return n
+        end = np.add(nc, ns, out=scratch[_END], dtype=np.int64)
+        np.invert(nc, out=scratch[_NOT_NC], dtype=np.int64)
+        np.invert(ns, out=scratch[_NOT_NS], dtype=np.int64)
+        if self.max_position is None:
+            highest = [0, *np.maximum.reduce(scratch[_END : _INFO + 1], axis=1).tolist()]
+        else:
+            np.add(end, info[_DELTA], out=scratch[_LAST])
+            highest = np.maximum.reduce(scratch[: _INFO + 1], axis=1).tolist()
+        if (
+            highest[_INFO] == _DEAD
+            or highest[_NOT_NC] >= 0
+            or highest[_NOT_NS] >= 0
+            or highest[_END] >= self.max_index
+        ):
+            validate(self.max_requests, rows, nc, ns, info, self.max_index)  # raises
+        cum = np.add.accumulate(ns, out=scratch[_NOT_NC])  # each request's last column + 1 (int64)
+        num = int(cum[-1])
+        check_out(out, num, num_tokens)
+        if num == 0:
+            return 0
+        # the last index's position if past the prompt (the prompt's own were checked at add)
+        if self.max_position is not None and highest[_LAST] > self.max_position:
+            self._check_max(scratch[_LAST] - 1)
+        # per request, index (or key) minus column: end - cum (+ delta, or + the row's key)
+        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: index + delta
+            if self.max_position is None:
+                np.add(end, info[_DELTA], out=scratch[_LAST])
+            col = np.subtract(scratch[_LAST], cum, out=scratch[_LAST]).repeat(ns)
+            col += self._ramp(num)
+            np.copyto(out[:, :num], col)
+            return num
+        start = np.subtract(end, cum, out=scratch[_END])
+        start += info[_KEY]
+        key = start.repeat(ns)
+        key += self._ramp(num)
+        pool = self._pool
+        # the last slot whose key is <= key: counted among the keys after the first (keys[0] = 0)
+        seg = pool.keys[1 : pool.top].searchsorted(key, side="right")
+        fields = self._scratch_tokens(num)
+        pool.fields.take(seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
+        origin, t0, hw0, width, is_text = fields
+        offset = np.subtract(key, origin, out=key)
+        np.divmod(offset, width, out=(origin, width))
+        offset *= is_text
+        np.add(t0, offset, out=out[0, :num])
+        np.add(hw0, origin, out=out[1, :num])
+        np.add(hw0, width, out=out[2, :num])
+        out[2, :num] += offset
+        return num
+
     def _check_max(self, last: np.ndarray) -> None:
         """``last``: per request, the position of its last scheduled index if that is past the prompt."""
         if last.max() >= self.max_position:
@@ -412,8 +552,9 @@ class PositionTable:
         size = max(n, 2 * self._flags.shape[0])
         self._flags = np.empty(size, dtype=bool)
         self._row_scratch = np.empty(size, dtype=np.int64)
-        self._row_info = np.empty((3, size), dtype=np.int64)
+        self._row_info = np.empty((_INFO + 3, size), dtype=np.int64)
         self._ones = np.ones(size, dtype=np.int64).tobytes()
+        self._ones32 = np.ones(size, dtype=np.int32).tobytes()
         self._zeros = bytes(size)
 
     def _ramp(self, num: int) -> np.ndarray:

@@ -1,0 +1,116 @@
+"""The compiled step of an int64 :class:`mrope.serving.PositionTable`: one pass over the step's tokens.
+
+vLLM calls ``fill`` every engine step; its numpy path costs ~20 numpy calls (~1 us each, whatever
+the batch), which is most of a step of a few hundred decodes. This module's kernel, compiled once by
+numba (``cache=True``: later processes load it from disk), does the whole step in one call:
+
+1. validation, for every request: the row is in range and live, ``num_computed >= 0``,
+   ``num_scheduled >= 0``, the last index below the table's bound, the last position below
+   ``max_position`` (unless the step has no token), and ``out`` has the columns (and ``num_tokens``
+   is N). A bad step returns
+   -1 before anything is written: :class:`PositionTable` then runs its numpy path, whose checks
+   (:mod:`._checks`) raise the error, so both paths refuse the same input with the same message;
+2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
+   its segments in order from the one a binary search over the pool's keys finds.
+
+Two renders exist, this one and the numpy path's (:meth:`PositionTable.fill`), because they find
+segments differently: numpy searches every token's key at once (``searchsorted``) and divides every
+offset (``divmod``), this kernel walks the few segments a request's tokens cross and keeps the
+quotient and remainder by counting. The formula applied to each token is the same
+(:mod:`mrope.core.render`), written here once in :func:`_render`, and the tests check that both
+paths write the same positions. float32 tables (Qwen3-Omni) keep the numpy path.
+
+numba is optional (every vLLM install has it): this module imports it, and is imported only by
+:func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
+environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``rows``, ``num_computed`` and
+``num_scheduled`` may be int32 or int64 (vLLM's are int32): they are read as they are, not copied.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ._checks import DEAD, DELTA, KEY, PLEN
+from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
+
+
+@numba.njit(inline="always")
+def _render(out, col, o, q, r, t0, hw0, is_text):  # noqa: ANN001, ANN202
+    """Token ``col``: the render formula of :mod:`mrope.core.render`, ``(q, r) = divmod(o, width)``."""
+    out[0, col] = t0 + o * is_text
+    out[1, col] = hw0 + q
+    out[2, col] = hw0 + r + o * is_text
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def fill(out, rows, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
+    """Positions of one step into ``out``; returns N, or -1 (nothing written) for bad input.
+
+    ``info``, ``keys``, ``fields``: the table's per-request info and its pool (:mod:`._pool`).
+    ``decode``: ``first`` holds seq_lens (index ``first - 1``, one token each), ``count`` is unused.
+    ``max_position``, ``num_tokens``: -1 for none."""
+    n = rows.shape[0]
+    max_requests = info.shape[1] - 2
+    num = 0
+    beyond = False  # a last index's position reaches max_position (an error only if N > 0)
+    for i in range(n):
+        row = np.int64(rows[i])
+        if row < 0 or row >= max_requests or info[PLEN, row + 1] == DEAD:
+            return -1
+        if decode:
+            start, size = np.int64(first[i]) - 1, np.int64(1)
+        else:
+            start, size = np.int64(first[i]), np.int64(count[i])
+        if start < 0 or size < 0 or start + size >= max_index:
+            return -1
+        if max_position >= 0 and start + size - 1 + info[DELTA, row + 1] >= max_position:
+            beyond = True
+        num += size
+    if num > out.shape[1] or (num_tokens >= 0 and num_tokens != num) or (beyond and num > 0):
+        return -1
+    col = 0
+    for i in range(n):
+        column = np.int64(rows[i]) + 1
+        if decode:
+            index = np.int64(first[i]) - 1
+            end = index + 1
+        else:
+            index = np.int64(first[i])
+            end = index + np.int64(count[i])
+        length = info[PLEN, column]
+        if index < length:  # prompt tokens: walk the segments from the first index's
+            base = info[KEY, column]
+            key = base + index
+            lo, hi = 0, keys.shape[0]  # the keys are sorted: the last slot whose key is <= key
+            while hi - lo > 1:
+                mid = (lo + hi) >> 1
+                if keys[mid] <= key:
+                    lo = mid
+                else:
+                    hi = mid
+            seg = lo
+            stop = min(end, length)
+            while index < stop:
+                seg_end = min(stop, keys[seg + 1] - base)  # the decode tail follows the last one
+                o = base + index - fields[OKEY, seg]
+                width = fields[FWIDTH, seg]
+                q = o // width
+                r = o - q * width
+                t0, hw0, is_text = fields[FT0, seg], fields[FHW0, seg], fields[FIS_TEXT, seg]
+                for _ in range(seg_end - index):
+                    _render(out, col, o, q, r, t0, hw0, is_text)
+                    col += 1
+                    o += 1
+                    r += 1
+                    if r == width:
+                        r = 0
+                        q += 1
+                index = seg_end
+                seg += 1
+        delta = info[DELTA, column]
+        while index < end:  # past the prompt: the decode tail, text from index 0 with base delta
+            _render(out, col, index, index, 0, delta, delta, 1)
+            col += 1
+            index += 1
+    return num
