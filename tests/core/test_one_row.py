@@ -1,48 +1,88 @@
-"""The one-row fast path (``render_one_row``) against the vectorized pipeline (``place``,
-``build_segments``, ``render_all``) on the same random one-row streams, and its dispatch."""
+"""The one-row fast path (``render_one_row``, ``segments_one_row``) against the vectorized pipeline
+(``place``, ``build_segments``, ``render_all``) on the same random one-row streams, and its dispatch."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from _reference import stream_positions
 from mrope import from_config, peers
-from mrope.core import FEW_BLOCKS, build_segments, place, render_all, render_one_row
+from mrope.core import (
+    FEW_BLOCKS,
+    block_rows,
+    blocks_from_rows,
+    build_segments,
+    place,
+    render_all,
+    render_one_row,
+    segments_one_row,
+)
 from mrope.core.place import COMPATS
 from strategies import streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
+one_rows = streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False)
 
 
-@compats
-@given(stream=streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False))
-def test_one_row_equals_vectorized(compat, stream):
-    positions, delta = render_one_row(stream.blocks, stream.length, compat)
+def _vectorized(stream, compat):
     placed = place(stream.blocks, stream.row_starts, stream.row_lengths, compat)
-    context = f"compat={compat}: {stream.describe()}"
-    np.testing.assert_array_equal(
-        positions, render_all(build_segments(placed, stream.length)), err_msg=context
-    )
-    assert delta == placed.delta[0], f"delta {delta} != {placed.delta[0]}: {context}"
+    return render_all(build_segments(placed, stream.length)), int(placed.delta[0])
 
 
 @compats
-@given(stream=streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False))
+@given(stream=one_rows, float64=st.booleans())
+def test_one_row_equals_vectorized(compat, stream, float64):
+    if float64:  # vLLM's time arithmetic: both paths compute in the interval's dtype
+        stream = dataclasses.replace(
+            stream,
+            blocks=dataclasses.replace(stream.blocks, interval=stream.blocks.interval.astype(np.float64)),
+        )
+    expected, expected_delta = _vectorized(stream, compat)
+    context = f"compat={compat}, float64={float64}: {stream.describe()}"
+    positions, delta = render_one_row(block_rows(stream.blocks), stream.length, compat)
+    np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
+    assert delta == expected_delta, f"delta {delta} != {expected_delta}: {context}"
+    table, delta = segments_one_row(block_rows(stream.blocks), stream.length, compat)
+    np.testing.assert_array_equal(render_all(table), expected, err_msg=f"segments, {context}", strict=True)
+    assert delta == expected_delta, f"segments delta {delta} != {expected_delta}: {context}"
+    starts = np.append(table.data[0], stream.length)
+    assert table.compact == bool((np.diff(starts) > 0).all()), f"compact flag wrong: {context}"
+    assert table.compact or stream.length == 0, f"one-row tables have no empty segment: {context}"
+
+
+@compats
+@given(stream=one_rows)
 def test_one_row_matches_reference(compat, stream):
-    positions, delta = render_one_row(stream.blocks, stream.length, compat)
+    positions, delta = render_one_row(block_rows(stream.blocks), stream.length, compat)
     expected, deltas, _, _ = stream_positions(stream.rows(), compat)
     context = f"compat={compat}: {stream.describe()}"
     np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
     assert delta == deltas[0], f"delta {delta} != {deltas[0]}: {context}"
 
 
+@given(stream=streams(max_rows=1, max_blocks=12, padding=False))
+def test_blocks_round_trip_through_rows(stream):
+    back = blocks_from_rows(block_rows(stream.blocks))
+    for name in ("start", "frames", "height", "width", "interval", "num_tokens"):
+        np.testing.assert_array_equal(
+            getattr(back, name), getattr(stream.blocks, name), err_msg=name, strict=True
+        )
+
+
 def test_single_prompts_take_the_one_row_path(monkeypatch):
-    # guards the equivalence test above: family.positions really runs render_one_row
+    # guards the equivalence test above: family.positions and segments really run the one-row pass
     import mrope.families._base as base
 
     calls = []
-    original = base.render_one_row
-    monkeypatch.setattr(base, "render_one_row", lambda *a: calls.append(a) or original(*a))
+    for name in ("render_one_row", "segments_one_row"):
+        original = getattr(base, name)
+        monkeypatch.setattr(base, name, lambda *a, f=original, n=name: calls.append(n) or f(*a))
     family = from_config(peers.transformers_config("qwen2_vl"))
     family.positions([1, family.image_token_id, 2], image_grid_thw=[[1, 2, 2]])
-    assert len(calls) == 1
+    family.segments(
+        [1, family.image_token_id, 2], image_grid_thw=[[1, 2, 2]], image_offsets=[1], video_offsets=[]
+    )
+    assert calls == ["render_one_row", "segments_one_row"]

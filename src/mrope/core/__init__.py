@@ -8,20 +8,24 @@ any token indices from that table.
 """
 
 from .blocks import Blocks, locate_items
-from .one_row import FEW_BLOCKS, render_one_row
+from .one_row import FEW_BLOCKS, BlockRow, block_rows, blocks_from_rows, render_one_row, segments_one_row
 from .place import COMPATS, Placed, place
 from .render import SegmentTable, build_segments, render, render_all
 
 __all__ = [
     "FEW_BLOCKS",
+    "BlockRow",
     "COMPATS",
     "Blocks",
     "Placed",
     "SegmentTable",
+    "block_rows",
+    "blocks_from_rows",
     "build_segments",
     "locate_items",
     "place",
     "render",
     "render_all",
     "render_one_row",
+    "segments_one_row",
 ]

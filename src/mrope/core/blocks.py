@@ -15,15 +15,15 @@ class Blocks:
     """The vision blocks of a token stream, sorted by ``start``; all arrays have shape (num_blocks,).
 
     A block holds ``frames * height * width`` consecutive tokens (grid after merging), t-major then h
-    then w. Frame ``k`` of a block has temporal index ``trunc(k * interval)``, computed in float32 as
-    the peers do.
+    then w. Frame ``k`` of a block has temporal index ``trunc(k * interval)``, computed in the
+    interval's dtype (:func:`mrope.core.place.temporal_index`).
     """
 
     start: np.ndarray  # int64, stream index of the block's first token
     frames: np.ndarray  # int64, T' (merged temporal size)
     height: np.ndarray  # int64, H'
     width: np.ndarray  # int64, W'
-    interval: np.ndarray  # float32, temporal index step between frames
+    interval: np.ndarray  # float32 or float64 (the family's video_time), temporal index step between frames
     num_tokens: np.ndarray  # int64, frames * height * width
 
     @staticmethod

@@ -1,65 +1,170 @@
-"""The fast path for one prompt with a few vision blocks: place and render in one pass over blocks.
+"""The fast path for one prompt with a few vision blocks: place, then render or build segments, in one
+pass over the blocks on Python ints.
 
 numpy costs about a microsecond per call whatever the size, so for the usual prompt (a handful of
 images or videos) the per-call overhead of the vectorized pipeline (place, build_segments,
 render_all) dominates. This pass follows the same rule on Python ints, with a few numpy writes per
 text run and per block (never per frame or token); tests compare it with the vectorized pipeline.
+
+Blocks come as :data:`BlockRow` tuples, from a family's parser (:func:`block_rows` of its
+:class:`Blocks`) or built directly from the items' placeholder offsets.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from .blocks import Blocks
+from .blocks import Blocks, empty_blocks
 from .place import temporal_index
-from .render import _workspace
+from .render import SegmentTable, _workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
 
+#: a vision block of the one-row path: (start index, T', H', W', interval), the grid after merging and
+#: the temporal index step a numpy float32 or float64 scalar (:func:`mrope.core.place.temporal_index`)
+BlockRow = tuple[int, int, int, int, Any]
+
+
+def block_rows(blocks: Blocks) -> list[BlockRow]:
+    """The blocks as :data:`BlockRow` tuples (Python ints), in stream order."""
+    return list(
+        zip(
+            blocks.start.tolist(),
+            blocks.frames.tolist(),
+            blocks.height.tolist(),
+            blocks.width.tolist(),
+            blocks.interval,
+            strict=True,
+        )
+    )
+
 
 @functools.lru_cache(maxsize=256)
-def _plane(height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """h and w offsets of one frame's tokens, (height * width,) each, read-only."""
-    h = np.arange(height, dtype=np.int64).repeat(width)
-    w = np.tile(np.arange(width, dtype=np.int64), height)
-    h.flags.writeable = w.flags.writeable = False
-    return h, w
+def _plane(height: int, width: int) -> np.ndarray:
+    """t (0), h and w offsets of one frame's tokens, (3, height * width), read-only."""
+    plane = np.zeros((3, height * width), dtype=np.int64)
+    plane[1] = np.arange(height, dtype=np.int64).repeat(width)
+    plane[2] = np.tile(np.arange(width, dtype=np.int64), height)
+    plane.flags.writeable = False
+    return plane
 
 
-def render_one_row(blocks: Blocks, length: int, compat: str) -> tuple[np.ndarray, int]:
-    """Positions (3, length) int64 and the delta of a stream that is one row of ``length`` tokens."""
-    out = np.empty((3, length), dtype=np.int64)
-    arange = _workspace.range(length)
-    shift, cursor, reach = 0, 0, -1  # text at index j has position j + shift
-    fields = (
-        blocks.start.tolist(),
-        blocks.num_tokens.tolist(),
-        blocks.frames.tolist(),
-        blocks.height.tolist(),
-        blocks.width.tolist(),
-    )
-    for b, (start, num_tokens, frames, height, width) in enumerate(zip(*fields, strict=True)):
-        end, base = start + num_tokens, start + shift
-        if start > cursor:
-            np.add(arange[cursor:start], shift, out=out[:, cursor:start])
-        h, w = _plane(height, width)
-        grid = (frames, height * width)  # out is C-contiguous: these reshapes are views
+# per block: start, end, base, frames, height, width, time index of each frame (None for one frame)
+_Placed = tuple[int, int, int, int, int, int, "np.ndarray | None"]
+
+
+def _place(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list[_Placed], int, int]:
+    """Each block placed (see ``_Placed``), the shift of the text after the last block (text at index
+    ``j`` has position ``j + shift``), and the delta of the row.
+
+    The rule of :func:`mrope.core.place.place` on Python ints: a block's base is the position the next
+    text token would have had; text resumes at ``max(block) + 1`` ("vllm") or ``base + max(H', W')``."""
+    placed = []
+    shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
+    vllm = compat == "vllm"
+    for start, frames, height, width, interval in rows:
+        num_tokens = frames * height * width
+        base = start + shift
         if frames == 1:
-            out[0, start:end] = base
-            t_last = 0
+            t = None
+            extent = height if height > width else width
         else:
-            t = temporal_index(arange[:frames], blocks.interval[b])
+            t = temporal_index(_workspace.range(frames), interval)
+            extent = max(int(t[-1]) + 1, height, width)
+        if base + extent > reach:
+            reach = base + extent - 1
+        shift += (extent if vllm else max(height, width)) - num_tokens
+        placed.append((start, start + num_tokens, base, frames, height, width, t))
+    last = length - 1 + shift
+    return placed, shift, (last if last > reach else reach) + 1 - length
+
+
+def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:
+    """Positions (3, length) int64 and the delta of a stream that is one row of ``length`` tokens with
+    the vision blocks ``rows`` (sorted, not overlapping, inside the row)."""
+    placed, shift, delta = _place(rows, length, compat)
+    out = np.empty((3, length), dtype=np.int64)
+    # text positions are copied from one cached arange (a copy costs less than adding a scalar); no
+    # position reaches length + delta
+    arange = _workspace.range(length + delta)
+    cursor = 0
+    for start, end, base, frames, height, width, t in placed:
+        if start > cursor:
+            text_shift = base - start
+            out[:, cursor:start] = arange[cursor + text_shift : base]
+        if t is None:
+            np.add(_plane(height, width), base, out=out[:, start:end])
+        else:  # out is C-contiguous: these reshapes are views
+            grid = (frames, height * width)
             np.add(t[:, None], base, out=out[0, start:end].reshape(grid))
-            t_last = int(t[-1])
-        np.add(h, base, out=out[1, start:end].reshape(grid))
-        np.add(w, base, out=out[2, start:end].reshape(grid))
-        extent = max(t_last + 1, height, width)
-        advance = extent if compat == "vllm" else max(height, width)
-        reach = max(reach, base + extent - 1)
-        shift += advance - num_tokens
+            np.add(_plane(height, width)[1:, None], base, out=out[1:, start:end].reshape(2, *grid))
         cursor = end
     if length > cursor:
-        np.add(arange[cursor:length], shift, out=out[:, cursor:length])
-    return out, max(length - 1 + shift, reach) + 1 - length
+        out[:, cursor:length] = arange[cursor + shift : length + shift]
+    return out, delta
+
+
+def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[SegmentTable, int]:
+    """The segment table and the delta of a stream that is one row of ``length`` tokens with the vision
+    blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
+    ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores."""
+    placed, shift, delta = _place(rows, length, compat)
+    start_, t0_, hw0_, width_, text_ = [], [], [], [], []  # one entry per segment, in order
+    pieces: list[np.ndarray] = []  # (6, n) runs of segments, in order (multi-frame blocks)
+    cursor = 0
+    for start, end, base, frames, height, width, t in placed:
+        if start > cursor:
+            text_base = cursor + base - start
+            start_ += (cursor,)
+            t0_ += (text_base,)
+            hw0_ += (text_base,)
+            width_ += (1,)
+            text_ += (1,)
+        if t is None:
+            start_ += (start,)
+            t0_ += (base,)
+            hw0_ += (base,)
+            width_ += (width,)
+            text_ += (0,)
+        else:  # one segment per frame, written by numpy
+            if start_:
+                pieces.append(np.array([start_, t0_, hw0_, width_, text_, start_], dtype=np.int64))
+                start_, t0_, hw0_, width_, text_ = [], [], [], [], []
+            frame = np.empty((6, frames), dtype=np.int64)
+            np.multiply(_workspace.range(frames), height * width, out=frame[0])
+            frame[0] += start
+            np.add(t, base, out=frame[1])
+            frame[2:5] = [[base], [width], [0]]
+            frame[5] = frame[0]
+            pieces.append(frame)
+        cursor = end
+    if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment
+        start_ += (cursor,)
+        t0_ += (cursor + shift,)
+        hw0_ += (cursor + shift,)
+        width_ += (1,)
+        text_ += (1,)
+    if start_:
+        pieces.append(np.array([start_, t0_, hw0_, width_, text_, start_], dtype=np.int64))
+    data = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=1)
+    return SegmentTable(data, length, compact=length > 0), delta
+
+
+def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:
+    """:class:`Blocks` of :data:`BlockRow` tuples (for the vectorized pipeline when they are many)."""
+    if not rows:
+        return empty_blocks()
+    start, frames, height, width, interval = zip(*rows, strict=True)
+    grid = np.array([frames, height, width], dtype=np.int64)
+    return Blocks(
+        np.array(start, dtype=np.int64),
+        grid[0],
+        grid[1],
+        grid[2],
+        np.array(interval, dtype=np.result_type(*interval)),
+        grid.prod(axis=0),
+    )

@@ -18,6 +18,9 @@ from .._errors import MRopeError
 from .blocks import Blocks
 
 COMPATS = ("vllm", "transformers")
+#: the arithmetic of scaled video time ``trunc(k * interval)``: the dtype the interval and the product
+#: are held in. ``"float32"``: transformers and SGLang; ``"float64"``: vLLM (numpy float64)
+VIDEO_TIMES = {"float32": np.float32, "float64": np.float64}
 # largest position mrope hands out: int32 consumers (kernels, caches) hold every position up to it
 MAX_POSITION = 2**31 - 1
 
@@ -26,6 +29,18 @@ def check_compat(compat: str) -> str:
     if compat not in COMPATS:
         raise MRopeError(f"compat must be one of {COMPATS}, got {compat!r}")
     return compat
+
+
+def check_video_time(video_time: str) -> str:
+    if not isinstance(video_time, str) or video_time not in VIDEO_TIMES:
+        raise MRopeError(f"video_time must be one of {tuple(VIDEO_TIMES)}, got {video_time!r}")
+    return video_time
+
+
+def time_interval(step: np.ndarray | float, video_time: str) -> np.ndarray:
+    """Temporal index step(s) held in ``video_time``'s dtype (rounded once from ``step``), for
+    :func:`temporal_index`."""
+    return np.asarray(step, dtype=VIDEO_TIMES[video_time])
 
 
 @dataclass(slots=True)
@@ -39,9 +54,10 @@ class Placed:
     delta: np.ndarray  # (num_rows,) int64
 
 
-def temporal_index(frame: np.ndarray, interval: np.ndarray) -> np.ndarray:
-    """``trunc(frame * interval)`` in float32, as the peers compute scaled time."""
-    return (frame.astype(np.float32) * interval).astype(np.int64)
+def temporal_index(frame: np.ndarray, interval: np.ndarray | np.floating) -> np.ndarray:
+    """``trunc(frame * interval)``, the product in the interval's dtype: float32 as transformers and
+    SGLang compute scaled time, float64 as vLLM does (see :data:`VIDEO_TIMES`)."""
+    return (frame.astype(interval.dtype) * interval).astype(np.int64)
 
 
 def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str) -> Placed:

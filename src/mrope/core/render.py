@@ -37,11 +37,13 @@ class SegmentTable:
     Omni tables may have a sixth row ``origin`` and float64 fields (see the module docstring).
 
     ``length`` is the number of tokens the table covers (the stream length); the last segment runs
-    to it. Memory is O(blocks + frames), not O(tokens).
+    to it. Memory is O(blocks + frames), not O(tokens). ``compact``: no segment is empty (each holds at
+    least one token), as the one-prompt path builds them; :func:`build_segments` may leave empty ones.
     """
 
     data: np.ndarray
     length: int
+    compact: bool = False
 
     @property
     def start(self) -> np.ndarray:

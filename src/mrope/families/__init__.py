@@ -53,7 +53,9 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     raise MRopeError(f"config must be a transformers config or its to_dict(), got {type(config).__name__}")
 
 
-def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Family:
+def from_config(
+    config: Any, *, compat: str = "vllm", video_time: str = "float32", **overrides: Any
+) -> Family:
     """The family of a transformers config, with its token ids and merge sizes.
 
     Parameters
@@ -62,6 +64,10 @@ def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Famil
         ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni) is read from its thinker.
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
         (see the README's conventions).
+    video_time : ``"float32"`` (default) or ``"float64"``: the arithmetic of scaled video time
+        ``trunc(k * second_per_grid_ts * tokens_per_second)`` (Qwen2.5-VL): float32 as transformers
+        and SGLang compute it, float64 as vLLM does. Every family takes it; those that do not scale
+        video time give the same positions either way.
     **overrides : settings that win over the config's (e.g. ``tokens_per_second=2``).
 
     Raises
@@ -81,7 +87,7 @@ def from_config(config: Any, *, compat: str = "vllm", **overrides: Any) -> Famil
             f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
         )
     settings = {**cls.read_settings(cfg), **overrides}
-    return cls(model_type, compat=compat, config=cfg, **settings)
+    return cls(model_type, compat=compat, video_time=video_time, config=cfg, **settings)
 
 
 __all__ = ["FAMILIES", "Family", "REGISTRY", "from_config", "supported_model_types"]

@@ -16,17 +16,26 @@ from .._backends import to_grid_array, to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core import (
     FEW_BLOCKS,
+    BlockRow,
     Blocks,
     Placed,
     SegmentTable,
+    block_rows,
+    blocks_from_rows,
     build_segments,
     locate_items,
     place,
     render_all,
     render_one_row,
+    segments_one_row,
 )
 from ..core.blocks import empty_blocks
-from ..core.place import check_compat
+from ..core.place import check_compat, check_video_time
+
+_ONE_ROW = np.array([0], dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
+_ONE_ROW.flags.writeable = False
+_UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
+_NO_INPUTS: dict[str, Any] = {}  # no Omni inputs (never modified)
 
 
 class Family:
@@ -50,11 +59,13 @@ class Family:
         model_type: str,
         *,
         compat: str = "vllm",
+        video_time: str = "float32",
         config: Mapping[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         self.model_type = model_type
         self.compat = check_compat(compat)
+        self.video_time = check_video_time(video_time)
         self.config = dict(config or {})
         unknown = sorted(set(settings) - set(self.settings))
         if unknown:
@@ -72,9 +83,12 @@ class Family:
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
 
     def with_compat(self, compat: str) -> Family:
-        """This family under another convention, with the same settings (overrides included)."""
+        """This family under another convention, with the same settings (overrides and ``video_time``
+        included)."""
         settings = {name: getattr(self, name) for name in self.settings}
-        return type(self)(self.model_type, compat=compat, config=self.config, **settings)
+        return type(self)(
+            self.model_type, compat=compat, video_time=self.video_time, config=self.config, **settings
+        )
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,7 +104,8 @@ class Family:
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
-        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}, {shown})"
+        time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
+        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}, {shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
     def parse(
@@ -155,7 +170,7 @@ class Family:
             ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
         )
         if row_starts.size == 1 and row_lengths[0] == ids.size and blocks.start.size <= FEW_BLOCKS:
-            positions, delta = render_one_row(blocks, ids.size, self.compat)
+            positions, delta = render_one_row(block_rows(blocks), ids.size, self.compat)
             return positions, np.array([delta], dtype=np.int64)
         placed = place(blocks, row_starts, row_lengths, self.compat)
         if ids.size == 0:
@@ -186,6 +201,8 @@ class Family:
         image_grid_thw: Any = None,
         video_grid_thw: Any = None,
         second_per_grid_ts: Any = None,
+        image_offsets: Any = None,
+        video_offsets: Any = None,
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
     ) -> tuple[SegmentTable, int | float]:
@@ -194,11 +211,13 @@ class Family:
         The arguments are those of :meth:`positions`. Omni tables may carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.render`)."""
         return self._one_prompt(
-            self.stream_segments,
+            True,
             input_ids,
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
+            image_offsets,
+            video_offsets,
             _given(audio_seqlens, use_audio_in_video),
         )
 
@@ -209,6 +228,8 @@ class Family:
         image_grid_thw: Any = None,
         video_grid_thw: Any = None,
         second_per_grid_ts: Any = None,
+        image_offsets: Any = None,
+        video_offsets: Any = None,
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
     ) -> tuple[np.ndarray, int | float]:
@@ -220,6 +241,19 @@ class Family:
         image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
         second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time;
             transformers' Omni code calls it ``second_per_grids``)
+        image_offsets, video_offsets : (num_items,) int, optional
+            Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
+            ``mm_feature.mm_position.offset``, see ``mrope.integrations._vllm_inputs``).
+            Given for a modality (an empty list meaning "none"), its items are taken from the offsets
+            and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` and
+            must not overlap another item; its first and last placeholder tokens are checked. For
+            ``image_offsets`` and, in families whose video is one block (Qwen2-VL, Qwen2.5-VL,
+            PaddleOCR-VL, Ernie-4.5-VL), ``video_offsets``: the index of the item's first placeholder
+            token. Families that split a video into frames separated by timestamp text (Qwen3-VL and its
+            kin, GLM-4.1V and its kin) find the frames in ``input_ids``; ``video_offsets[i]`` is where
+            video ``i``'s placeholder range starts (at or before its first frame), and it is checked
+            that each video's frames lie between its offset and the next one. The Omni families do not
+            take offsets. With both offsets given, a list ``input_ids`` is never converted to an array.
         audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
         use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
 
@@ -233,34 +267,81 @@ class Family:
         ------
         MRopeError
             Placeholder counts that do not match the grids or audio lengths, bad grids, times or
-            lengths, bad input shapes, audio inputs given to a family without audio.
+            lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
+            wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
         """
         return self._one_prompt(
-            self.stream_positions,
+            False,
             input_ids,
             image_grid_thw,
             video_grid_thw,
             second_per_grid_ts,
+            image_offsets,
+            video_offsets,
             _given(audio_seqlens, use_audio_in_video),
         )
 
-    @staticmethod
     def _one_prompt(
-        stream_method: Any,
+        self,
+        segments: bool,
         input_ids: Any,
         image_grid_thw: Any,
         video_grid_thw: Any,
         second_per_grid_ts: Any,
+        image_offsets: Any,
+        video_offsets: Any,
         inputs: dict[str, Any],
     ) -> tuple[Any, int | float]:
-        """``stream_method`` (:meth:`stream_positions` or :meth:`stream_segments`) on one prompt as a
-        one-row stream; the delta as a Python number."""
-        ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        rows = np.array([0, ids.size], dtype=np.int64)
-        result, delta = stream_method(
-            ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-        )
-        return result, delta[0].item()
+        """The segment table (``segments``) or the positions of one prompt, and its delta as a Python
+        number."""
+        if inputs or self.extra_inputs:  # Omni: its own pipeline (other families refuse the inputs)
+            if image_offsets is not None or video_offsets is not None:
+                raise MRopeError(
+                    f"{self.model_type} locates its items in input_ids: it takes no image_offsets or "
+                    "video_offsets"
+                )
+            ids = to_int_array(input_ids, name="input_ids", ndim=1)
+            method = self.stream_segments if segments else self.stream_positions
+            rows = np.array([0, ids.size], dtype=np.int64)
+            result, delta = method(
+                ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
+            )
+            return result, delta[0].item()
+        if image_offsets is None or video_offsets is None or type(input_ids) is not list:
+            ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        else:  # only the items' own tokens are read: a list is not converted
+            ids = input_ids
+        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
+        image_offsets = check_offsets(image_offsets, len(images), "image")
+        video_offsets = check_offsets(video_offsets, len(videos), "video")
+        blocks = self.prompt_blocks(ids, images, videos, seconds, image_offsets, video_offsets)
+        length = len(ids)
+        if isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
+            blocks = block_rows(blocks)
+        if isinstance(blocks, list):
+            one_row = segments_one_row if segments else render_one_row
+            return one_row(blocks, length, self.compat)
+        placed = place(blocks, _ONE_ROW, np.array([length], dtype=np.int64), self.compat)
+        table = build_segments(placed, length)
+        return (table if segments else render_all(table)), placed.delta[0].item()
+
+    def prompt_blocks(
+        self,
+        ids: Any,
+        images: np.ndarray,
+        videos: np.ndarray,
+        seconds: np.ndarray | None,
+        image_offsets: Any,
+        video_offsets: Any,
+    ) -> Blocks | list[BlockRow]:
+        """The vision blocks of one prompt, sorted: :class:`Blocks`, or :data:`BlockRow` tuples when few.
+
+        ``ids``: a 1-D int64 array, or a list when both offsets are given (:func:`as_ids` converts it
+        where a parser scans it); offsets: lists checked by :func:`check_offsets`, or None. Families
+        that take item offsets override this; the base parses the prompt as a one-row stream."""
+        if image_offsets is not None or video_offsets is not None:
+            raise MRopeError(f"{self.model_type} takes no image_offsets or video_offsets")
+        return self.parse(ids, _ONE_ROW, np.array([ids.size], dtype=np.int64), images, videos, seconds)
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
@@ -401,6 +482,131 @@ class Family:
             interval = np.full(start.shape, interval, dtype=np.float32)
         return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens)
 
+    # -- items at given offsets (one prompt) ----------------------------------------------------------
+    def items_at(
+        self,
+        ids: Any,
+        token_id: int,
+        grids: np.ndarray,
+        offsets: list[int],
+        *,
+        what: str,
+        interval: np.ndarray | float = 1.0,
+    ) -> list[BlockRow]:
+        """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`):
+        item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
+        which the first and last must be ``token_id``. One Python step per item; the prompt is not
+        scanned."""
+        length, merge = len(ids), self.spatial_merge_size
+        steps = interval if isinstance(interval, np.ndarray) else None
+        rows = []
+        for i, ((t, h, w), start) in enumerate(zip(grids.tolist(), offsets, strict=True)):
+            height, width = h // merge, w // merge
+            end = start + t * height * width
+            if start < 0 or end > length:
+                raise MRopeError(
+                    f"{what} {i} ({what}_grid_thw[{i}] = {(t, h, w)}): {what}_offsets[{i}] = {start} puts "
+                    f"its {end - start} placeholder tokens at [{start}, {end}), outside the prompt of "
+                    f"{length} tokens"
+                )
+            first, last = ids[start], ids[end - 1]
+            if first != token_id or last != token_id:
+                raise MRopeError(
+                    f"{what} {i} ({what}_grid_thw[{i}] = {(t, h, w)}): {what}_offsets[{i}] = {start} puts "
+                    f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
+                    f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
+                )
+            rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i]))
+        return rows
+
+    def merge_items(
+        self, parts: list[Blocks | list[BlockRow]], image_offsets: Any, video_offsets: Any
+    ) -> Blocks | list[BlockRow]:
+        """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets) in stream
+        order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
+        overlap (only items at given offsets can)."""
+        rows: list[BlockRow] = []
+        many = False
+        for part in parts:
+            if isinstance(part, list):
+                rows += part
+            elif part.start.size > FEW_BLOCKS:
+                many = True
+            elif part.start.size:
+                rows += block_rows(part)
+        if not many and len(rows) <= FEW_BLOCKS:
+            if len(rows) > 1:
+                rows.sort(key=_start_of)
+                end = -1
+                for start, frames, height, width, _ in rows:
+                    if start < end:
+                        self._overlap(start, image_offsets, video_offsets)
+                    end = start + frames * height * width
+            return rows
+        blocks = Blocks.concat([p if isinstance(p, Blocks) else blocks_from_rows(p) for p in parts])
+        bad = np.flatnonzero(blocks.start[1:] < (blocks.start + blocks.num_tokens)[:-1])
+        if bad.size:
+            self._overlap(int(blocks.start[bad[0] + 1]), image_offsets, video_offsets)
+        return blocks
+
+    @staticmethod
+    def _overlap(start: int, image_offsets: Any, video_offsets: Any) -> None:
+        """Raise for the item at ``start``, which begins inside the item before it."""
+        for what, offsets in (("image", image_offsets), ("video", video_offsets)):
+            if offsets is not None and start in offsets:
+                i = offsets.index(start)
+                raise MRopeError(
+                    f"{what} {i} ({what}_offsets[{i}] = {start}) starts inside the item before it: items "
+                    "must not overlap"
+                )
+        raise MRopeError(f"the placeholders found at {start} lie inside an item given by its offset")
+
+    def check_video_offsets(self, frames: Blocks, videos: np.ndarray, offsets: list[int]) -> None:
+        """For families that split videos into frames found in the prompt: video ``i``'s frames lie at or
+        after ``offsets[i]`` and end at or before ``offsets[i + 1]``."""
+        if not offsets:
+            return
+        count = videos[:, 0]
+        last = np.cumsum(count) - 1
+        first = (last - count + 1).tolist()
+        starts = frames.start[first].tolist()
+        ends = (frames.start[last] + frames.num_tokens[last]).tolist()
+        for i, (offset, start) in enumerate(zip(offsets, starts, strict=True)):
+            after = offsets[i + 1] if i + 1 < len(offsets) else None
+            if start < offset or (after is not None and ends[i] > after):
+                grid = tuple(int(g) for g in videos[i])
+                raise MRopeError(
+                    f"video {i} (video_grid_thw[{i}] = {grid}): its frames were found at "
+                    f"[{start}, {ends[i]}), outside [video_offsets[{i}] = {offset}, "
+                    + (f"video_offsets[{i + 1}] = {after})" if after is not None else "the prompt's end)")
+                )
+
+
+def _start_of(row: BlockRow) -> int:
+    return row[0]
+
+
+def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
+    """``{what}_offsets`` as a list of Python ints, one per item (``count`` items); None if not given."""
+    if offsets is None:
+        return None
+    if type(offsets) is list and all(type(o) is int for o in offsets):
+        values = offsets
+    else:
+        values = to_int_array(offsets, name=f"{what}_offsets", ndim=1).tolist()
+    if len(values) != count:
+        raise MRopeError(
+            f"{what}_offsets has {len(values)} values but {what}_grid_thw describes {count} {what}s: "
+            "one offset per item"
+        )
+    return values
+
+
+def as_ids(ids: Any) -> np.ndarray:
+    """The prompt as a 1-D int64 array (a list kept by :meth:`Family.positions` is converted here, where
+    a parser scans it)."""
+    return to_int_array(ids, name="input_ids", ndim=1)
+
 
 def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each (T, H, W) video as T grids (1, H, W), for families that separate frames with timestamps.
@@ -416,5 +622,7 @@ def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _given(audio_seqlens: Any, use_audio_in_video: bool | None) -> dict[str, Any]:
     """The Omni inputs that were passed (not None), as keyword arguments."""
+    if audio_seqlens is None and use_audio_in_video is None:
+        return _NO_INPUTS
     given = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
     return {k: v for k, v in given.items() if v is not None}

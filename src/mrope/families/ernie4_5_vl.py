@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._errors import MRopeError
-from ..core import Blocks
 from .qwen2_vl import Qwen2VL
 
 
@@ -20,15 +19,12 @@ class Ernie4_5_VL(Qwen2VL):
     rotary_layout = "ernie"
     rotary_is_neox_style = False
 
-    def video_blocks(
-        self,
-        ids: np.ndarray,
-        videos: np.ndarray,
-        second_per_grid_ts: np.ndarray | None,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-    ) -> Blocks:
-        """Qwen2-VL's video blocks after the temporal merge: T / temporal_merge_size frames."""
+    def video_items(
+        self, videos: np.ndarray, second_per_grid_ts: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | float]:
+        """Qwen2-VL's video items after the temporal merge: T / temporal_merge_size frames."""
+        if len(videos) == 0:
+            return super().video_items(videos, second_per_grid_ts)
         merge = self.temporal_merge_size
         bad = np.flatnonzero(videos[:, 0] % merge != 0)
         if bad.size:
@@ -39,4 +35,4 @@ class Ernie4_5_VL(Qwen2VL):
             )
         merged = videos.copy()
         merged[:, 0] //= merge
-        return super().video_blocks(ids, merged, second_per_grid_ts, row_starts, row_lengths)
+        return super().video_items(merged, second_per_grid_ts)

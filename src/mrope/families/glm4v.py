@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..core import Blocks
-from ._base import Family, split_frames
+from .._errors import MRopeError
+from ..core import BlockRow, Blocks
+from ._base import Family, as_ids, split_frames
 
 
 class Glm4V(Family):
@@ -22,6 +25,17 @@ class Glm4V(Family):
         return self.model_type != "glm4v"
 
     def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
+        return Blocks.concat(list(self.image_and_frame_blocks(ids, row_starts, row_lengths, images, videos)))
+
+    def image_and_frame_blocks(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        images: np.ndarray,
+        videos: np.ndarray,
+    ) -> tuple[Blocks, Blocks]:
+        """The image blocks and the video frame blocks (image tokens inside the video markers)."""
         placeholder = (ids == self.image_token_id).nonzero()[0]
         # inside a video: more video starts than ends so far in the row
         depth = np.cumsum(
@@ -31,24 +45,49 @@ class Glm4V(Family):
         depth_before_row = np.where(row_start > 0, depth[np.maximum(row_start - 1, 0)], 0)
         in_video = depth[placeholder] - depth_before_row > 0
         frames, frame_of = split_frames(videos)
-        return Blocks.concat(
-            [
-                self.vision_blocks(
-                    placeholder[~in_video],
-                    images,
-                    row_starts,
-                    row_lengths,
-                    what="image",
-                    grid_name="image_grid_thw",
-                ),
-                self.vision_blocks(
-                    placeholder[in_video],
-                    frames,
-                    row_starts,
-                    row_lengths,
-                    what="video",
-                    grid_name="video_grid_thw",
-                    frame_of=frame_of,
-                ),
-            ]
+        image_blocks = self.vision_blocks(
+            placeholder[~in_video], images, row_starts, row_lengths, what="image", grid_name="image_grid_thw"
         )
+        frame_blocks = self.vision_blocks(
+            placeholder[in_video],
+            frames,
+            row_starts,
+            row_lengths,
+            what="video",
+            grid_name="video_grid_thw",
+            frame_of=frame_of,
+        )
+        return image_blocks, frame_blocks
+
+    def prompt_blocks(
+        self,
+        ids: Any,
+        images: np.ndarray,
+        videos: np.ndarray,
+        seconds: np.ndarray | None,
+        image_offsets: list[int] | None,
+        video_offsets: list[int] | None,
+    ) -> Blocks | list[BlockRow]:
+        """Images at their offsets when the prompt has no videos (given as such); otherwise the prompt is
+        scanned (video frames are image tokens inside the video markers) and the offsets are checked."""
+        if image_offsets is None and video_offsets is None:
+            return super().prompt_blocks(ids, images, videos, seconds, None, None)
+        if image_offsets is not None and video_offsets is not None and not video_offsets:
+            images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
+            return self.merge_items([images_at], image_offsets, video_offsets)
+        rows = np.array([0, len(ids)], dtype=np.int64)
+        image_blocks, frame_blocks = self.image_and_frame_blocks(
+            as_ids(ids), rows[:1], rows[1:], images, videos
+        )
+        if image_offsets is not None:
+            found = image_blocks.start.tolist()
+            bad = next((i for i, (a, b) in enumerate(zip(found, image_offsets, strict=True)) if a != b), None)
+            if bad is not None:
+                grid = tuple(int(g) for g in images[bad])
+                raise MRopeError(
+                    f"image {bad} (image_grid_thw[{bad}] = {grid}) was found at {found[bad]}, but "
+                    f"image_offsets[{bad}] = {image_offsets[bad]}"
+                )
+        if video_offsets is not None:
+            self.check_video_offsets(frame_blocks, videos, video_offsets)
+        return Blocks.concat([image_blocks, frame_blocks])

@@ -1,15 +1,19 @@
 """Qwen2-VL (and PaddleOCR-VL's rule): image and video blocks of placeholder tokens, time index k.
 
-The Qwen-style families derive from this one and override only :meth:`Qwen2VL.video_blocks`
-(how a video becomes blocks) or :meth:`Qwen2VL.video_interval` (its time scale).
+The Qwen-style families derive from this one and override only how a video becomes blocks:
+:meth:`Qwen2VL.video_items` (its grid and time step: Qwen2.5-VL, Ernie-4.5-VL) or, for families that
+split a video into frames separated by timestamps, :meth:`Qwen2VL.video_blocks` and
+:meth:`Qwen2VL.prompt_video_blocks` (Qwen3-VL).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..core import Blocks
-from ._base import Family
+from ..core import BlockRow, Blocks
+from ._base import Family, as_ids
 
 
 class Qwen2VL(Family):
@@ -21,6 +25,40 @@ class Qwen2VL(Family):
         videos = self.video_blocks(ids, videos, second_per_grid_ts, row_starts, row_lengths)
         return Blocks.concat([images, videos])
 
+    def prompt_blocks(
+        self,
+        ids: Any,
+        images: np.ndarray,
+        videos: np.ndarray,
+        seconds: np.ndarray | None,
+        image_offsets: list[int] | None,
+        video_offsets: list[int] | None,
+    ) -> Blocks | list[BlockRow]:
+        """One prompt's blocks: each modality at its given offsets, or found in ``ids``."""
+        if image_offsets is None and video_offsets is None:
+            return super().prompt_blocks(ids, images, videos, seconds, None, None)
+        if image_offsets is None:
+            rows = np.array([0, len(ids)], dtype=np.int64)
+            image_part = self.token_blocks(
+                as_ids(ids), self.image_token_id, images, rows[:1], rows[1:], what="image"
+            )
+        else:
+            image_part = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
+        video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets)
+        return self.merge_items([image_part, video_part], image_offsets, video_offsets)
+
+    def prompt_video_blocks(
+        self, ids: Any, videos: np.ndarray, seconds: np.ndarray | None, video_offsets: list[int] | None
+    ) -> Blocks | list[BlockRow]:
+        """One prompt's video blocks: at ``video_offsets`` (each video one block), or found in ``ids``."""
+        if video_offsets is None:
+            rows = np.array([0, len(ids)], dtype=np.int64)
+            return self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
+        if not video_offsets:
+            return []
+        grids, interval = self.video_items(videos, seconds)
+        return self.items_at(ids, self.video_token_id, grids, video_offsets, what="video", interval=interval)
+
     def video_blocks(
         self,
         ids: np.ndarray,
@@ -30,10 +68,16 @@ class Qwen2VL(Family):
         row_lengths: np.ndarray,
     ) -> Blocks:
         """Each video one block of its video placeholder tokens."""
-        interval = self.video_interval(second_per_grid_ts, videos)
+        grids, interval = self.video_items(videos, second_per_grid_ts)
         return self.token_blocks(
-            ids, self.video_token_id, videos, row_starts, row_lengths, what="video", interval=interval
+            ids, self.video_token_id, grids, row_starts, row_lengths, what="video", interval=interval
         )
+
+    def video_items(
+        self, videos: np.ndarray, second_per_grid_ts: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | float]:
+        """Each video's grid as its block has it (before the spatial merge) and its temporal index step."""
+        return videos, self.video_interval(second_per_grid_ts, videos)
 
     def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:
         """Temporal index step between a video's frames: 1 unless the family scales time."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..core import Blocks
-from ._base import split_frames
+from ..core import BlockRow, Blocks
+from ._base import as_ids, split_frames
 from .qwen2_vl import Qwen2VL
 
 
@@ -26,3 +28,15 @@ class Qwen3VL(Qwen2VL):
         return self.token_blocks(
             ids, self.video_token_id, frames, row_starts, row_lengths, what="video", frame_of=frame_of
         )
+
+    def prompt_video_blocks(
+        self, ids: Any, videos: np.ndarray, seconds: np.ndarray | None, video_offsets: list[int] | None
+    ) -> Blocks | list[BlockRow]:
+        """The frames are found in ``ids`` (between timestamps); ``video_offsets``, if given, checked."""
+        if video_offsets is not None and not video_offsets:
+            return []
+        rows = np.array([0, len(ids)], dtype=np.int64)
+        frames = self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
+        if video_offsets is not None:
+            self.check_video_offsets(frames, videos, video_offsets)
+        return frames

@@ -181,6 +181,8 @@ class PositionTable:
         image_grid_thw: Any = None,
         video_grid_thw: Any = None,
         second_per_grid_ts: Any = None,
+        image_offsets: Any = None,
+        video_offsets: Any = None,
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
     ) -> None:
@@ -193,36 +195,47 @@ class PositionTable:
         input_ids : shape (L,), integer; list, numpy or torch
         image_grid_thw, video_grid_thw : (num_items, 3), optional
         second_per_grid_ts : (num_videos,), optional
+        image_offsets, video_offsets : (num_items,) int, optional; where each item lies in
+            ``input_ids`` (vLLM: ``mm_feature.mm_position.offset``), so that the prompt is not scanned
+            for it (see :meth:`Family.positions`); not for the Omni families
         audio_seqlens : (num_audios,), optional; Omni families only
         use_audio_in_video : bool, optional; Omni families only
+
+        The request's state is its placed segments: O(images + video frames), not O(tokens).
 
         Raises
         ------
         MRopeError
             ``row`` out of range or already live; anything :meth:`Family.segments` refuses (audio
-            inputs to a family without audio among them); a Qwen3-Omni request in an int64 table;
+            inputs to a family without audio among them, offsets that do not fit the prompt); a
+            Qwen3-Omni request in an int64 table;
             positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
             The table is unchanged.
         """
         self._free_row(row)
-        extra = {}
-        if audio_seqlens is not None or use_audio_in_video is not None:
-            extra = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
         table, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
             video_grid_thw=video_grid_thw,
             second_per_grid_ts=second_per_grid_ts,
-            **extra,
+            image_offsets=image_offsets,
+            video_offsets=video_offsets,
+            audio_seqlens=audio_seqlens,
+            use_audio_in_video=use_audio_in_video,
         )
-        if table.data.dtype.kind == "f" and self._delta is None:
-            raise MRopeError(
-                f"row {row}: {family.model_type} has float32 positions (fractional video times), this "
-                f"table holds int64: create it with PositionTable(..., dtype=np.float32)"
-            )
+        data, length = table.data, table.length
+        if self._delta is None:
+            if data.dtype is not _INT64:
+                raise MRopeError(
+                    f"row {row}: {family.model_type} has float32 positions (fractional video times), "
+                    f"this table holds int64: create it with PositionTable(..., dtype=np.float32)"
+                )
+            if table.compact and data.shape[0] == 6:  # a one-prompt table is already in the pool's form
+                self._insert(row, data, None, length, delta, length - 1 + delta)
+                return
         ints, floats = nonempty(table, floats=self._delta is not None)
-        largest = (table.length - 1) + delta if self._delta is None else np.float32(table.length - 1) + delta
-        self._insert(row, ints, floats, table.length, delta, largest)
+        largest = (length - 1) + delta if self._delta is None else np.float32(length - 1) + delta
+        self._insert(row, ints, floats, length, delta, largest)
 
     def add_positions(self, row: int, positions: Any, delta: int | float) -> None:
         """Register the request in ``row`` from precomputed prompt positions.
@@ -368,8 +381,13 @@ class PositionTable:
         if moved:  # the live rows' keys moved with their slots
             live = np.flatnonzero(pool.slots)
             self._info[_KEY, live + 1] = pool.base[live] << _SHIFT
-        self._info[:, row + 1] = (length, delta if self._delta is None else 0, lo << _SHIFT)
-        if self._delta is not None:
+        info, column = self._info, row + 1
+        info[_PLEN, column] = length
+        info[_KEY, column] = lo << _SHIFT
+        if self._delta is None:
+            info[_DELTA, column] = delta
+        else:
+            info[_DELTA, column] = 0
             self._delta[row + 1] = delta
         if self._device is not None:
             if moved:

@@ -1,0 +1,286 @@
+"""Items given by their placeholder offsets (``image_offsets``, ``video_offsets``, as an engine's
+processor records them): the same positions, segments and table rows as when mrope scans the prompt,
+the errors that name the item, and the ``video_time`` setting (vLLM's float64 time arithmetic).
+
+The offsets are derived here from the token layout by a plain Python pass (independent of mrope)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mrope
+from _peers import require_module
+from mrope import MRopeError
+from mrope.serving import PositionTable
+from strategies import Image, Video, build_prompt, layout_kind, prompts, text
+
+require_module("transformers")
+
+from mrope import peers  # noqa: E402
+
+FAMILIES = {  # name -> (model_type, vision overrides)
+    "qwen2_vl": ("qwen2_vl", {}),
+    "qwen2_5_vl": ("qwen2_5_vl", {"tokens_per_second": 2}),
+    "qwen3_vl": ("qwen3_vl", {}),
+    "glm4v": ("glm4v", {}),
+}
+COMPATS = ("vllm", "transformers")
+
+
+def family_of(name: str, compat: str = "vllm", **settings) -> mrope.Family:
+    model_type, vision = FAMILIES[name]
+    return mrope.from_config(peers.transformers_config(model_type, **vision), compat=compat, **settings)
+
+
+def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:
+    """(start, end) of each maximal run of ``token`` in ``ids``."""
+    runs, i = [], 0
+    while i < len(ids):
+        if ids[i] == token:
+            j = i
+            while j < len(ids) and ids[j] == token:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def item_offsets(family, ids: list[int], videos: list[list[int]]) -> tuple[list[int], list[int]]:
+    """Offsets as an engine's processor records them: each image's first placeholder; each video's first
+    placeholder (one-block layouts) or the start of its placeholder range (frame layouts: the index before
+    its first frame, Qwen3-VL's ``vision_start``; GLM's ``begin_of_video``)."""
+    kind = layout_kind(family)
+    if kind == "glm":
+        image_runs, frame_runs, depth = [], [], 0
+        starts = []
+        for i, token in enumerate(ids):
+            if token == family.video_start_token_id:
+                depth += 1
+                starts.append(i)
+            elif token == family.video_end_token_id:
+                depth -= 1
+            elif token == family.image_token_id and (i == 0 or ids[i - 1] != token):
+                (frame_runs if depth else image_runs).append(i)
+        return image_runs, starts
+    images = [s for s, _ in _runs(ids, family.image_token_id)]
+    frames = [s for s, _ in _runs(ids, family.video_token_id)]
+    if kind == "whole":
+        return images, frames
+    first = np.cumsum([0] + [v[0] for v in videos])[:-1]
+    return images, [frames[f] - 1 for f in first]
+
+
+def _check_same(family, prompt, image_offsets, video_offsets, context):
+    expected, expected_delta = family.positions(prompt.input_ids, **prompt.kwargs())
+    offsets = {"image_offsets": image_offsets, "video_offsets": video_offsets}
+    for ids in (prompt.input_ids, np.array(prompt.input_ids, dtype=np.int64)):
+        positions, delta = family.positions(ids, **prompt.kwargs("numpy"), **offsets)
+        np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
+        assert delta == expected_delta, f"delta {delta} != {expected_delta}: {context}"
+        table, delta = family.segments(ids, **prompt.kwargs(), **offsets)
+        np.testing.assert_array_equal(mrope.core.render_all(table), expected, err_msg=context, strict=True)
+        assert delta == expected_delta, f"segments delta {delta} != {expected_delta}: {context}"
+    table = PositionTable(2)
+    table.add(1, family, prompt.input_ids, **prompt.kwargs("torch"), **offsets)
+    length = len(prompt.input_ids)
+    out = np.zeros((3, length + 2), dtype=np.int64)
+    table.fill(out, np.array([1]), np.array([0]), np.array([length + 2]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table: {context}")
+    decode = np.broadcast_to(np.arange(length, length + 2) + expected_delta, (3, 2))
+    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"decode: {context}")
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+@pytest.mark.parametrize("name", FAMILIES)
+@given(data=st.data())
+def test_offsets_give_the_scanned_positions(name, compat, data):
+    family = family_of(name, compat)
+    prompt = data.draw(prompts(family, max_images=5, max_videos=3), label="prompt")
+    image_offsets, video_offsets = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    context = f"{name} compat={compat}, offsets {image_offsets} {video_offsets}: {prompt.describe()}"
+    _check_same(family, prompt, image_offsets, video_offsets, context)
+    # one modality by offsets, the other scanned
+    _check_same(family, prompt, image_offsets, None, context)
+    _check_same(family, prompt, None, video_offsets, context)
+
+
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])
+def test_many_items_take_the_vectorized_path(name):
+    # more blocks than the one-row pass takes, given by offsets
+    family = family_of(name)
+    parts = [text(3)]
+    for k in range(12):
+        parts += [Image(1 + k % 3, 2), text(k % 2)]
+    parts += [Video(3, 2, 1, ((7,), (), (8,))), text(2)]
+    prompt = build_prompt(family, parts, [0.5] if family.uses_second_per_grid_ts else None)
+    image_offsets, video_offsets = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    _check_same(family, prompt, image_offsets, video_offsets, f"{name}: {prompt.describe()}")
+
+
+def test_offsets_in_any_order_pair_with_their_grids():
+    family = family_of("qwen2_vl")
+    prompt = build_prompt(family, [text(2), Image(1, 2), text(1), Image(3, 1), Video(2, 1, 1)])
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    expected = family.positions(prompt.input_ids, **prompt.kwargs())
+    kwargs = prompt.kwargs()
+    kwargs["image_grid_thw"] = kwargs["image_grid_thw"][::-1]
+    got = family.positions(prompt.input_ids, **kwargs, image_offsets=images[::-1], video_offsets=videos)
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+
+
+def test_empty_offsets_mean_no_items_and_no_scan():
+    family = family_of("qwen2_5_vl")
+    stray = [5, family.image_token_id, 6]  # a placeholder id no grid describes
+    with pytest.raises(MRopeError, match="have no grid"):
+        family.positions(stray)  # scanned
+    positions, delta = family.positions(stray, image_offsets=[], video_offsets=[])  # not scanned
+    np.testing.assert_array_equal(positions, np.broadcast_to(np.arange(3), (3, 3)))
+    assert delta == 0
+
+
+# -- errors -------------------------------------------------------------------------------------------
+def _qwen2_5():
+    family = family_of("qwen2_5_vl")
+    prompt = build_prompt(family, [text(2), Image(2, 2), text(1), Video(2, 1, 2), text(1)], [0.5])
+    return family, prompt, *item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+
+
+@pytest.mark.parametrize(
+    ("images", "videos", "message"),
+    [
+        ([3, 4], "same", r"image_offsets has 2 values but image_grid_thw describes 1 images"),
+        ([], "same", r"image_offsets has 0 values but image_grid_thw describes 1 images"),
+        ([4], "same", r"image 0 \(image_grid_thw\[0\] = \(1, 4, 4\)\): image_offsets\[0\] = 4 .* holds"),
+        (
+            [-1],
+            "same",
+            r"image 0 .*image_offsets\[0\] = -1 puts its 4 placeholder tokens at \[-1, 3\), outside",
+        ),
+        ([20], "same", r"outside the prompt of 16 tokens"),
+        (
+            "same",
+            [3],
+            r"video 0 \(video_grid_thw\[0\] = \(2, 2, 4\)\): video_offsets\[0\] = 3 .* not the video",
+        ),
+    ],
+)
+def test_bad_offsets_name_the_item(images, videos, message):
+    family, prompt, image_offsets, video_offsets = _qwen2_5()
+    images = image_offsets if images == "same" else images
+    videos = video_offsets if videos == "same" else videos
+    with pytest.raises(MRopeError, match=message):
+        family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=videos)
+    table = PositionTable(1)
+    with pytest.raises(MRopeError, match=message):
+        table.add(0, family, prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=videos)
+    assert 0 not in table
+
+
+def test_overlapping_items_are_refused():
+    family = family_of("qwen2_vl")
+    ids = [1, family.image_token_id, family.image_token_id, family.image_token_id, 2]
+    with pytest.raises(MRopeError, match=r"image 1 \(image_offsets\[1\] = 2\) starts inside the item before"):
+        family.positions(ids, image_grid_thw=[[1, 2, 4], [1, 2, 2]], image_offsets=[1, 2], video_offsets=[])
+
+
+@pytest.mark.parametrize("offsets", [[1.0], [True], [[1]]])
+def test_offsets_must_be_a_list_of_ints(offsets):
+    family = family_of("qwen2_vl")
+    with pytest.raises(MRopeError, match="image_offsets"):
+        family.positions([1, family.image_token_id], image_grid_thw=[[1, 2, 2]], image_offsets=offsets)
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+def test_frame_families_check_video_offsets_against_the_frames(name):
+    family = family_of(name)
+    prompt = build_prompt(family, [text(2), Video(2, 1, 1, ((5,), (6,))), text(1), Video(1, 1, 1), text(1)])
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    first_frame = prompt.input_ids.index(
+        family.video_token_id if name == "qwen3_vl" else family.image_token_id
+    )
+    bad = [first_frame + 1, videos[1]]
+    with pytest.raises(
+        MRopeError, match=r"video 0 \(video_grid_thw\[0\] = \(2, 2, 2\)\): its frames were found"
+    ):
+        family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=bad)
+    swapped = [videos[1], videos[0]]
+    with pytest.raises(MRopeError, match=r"video 0 .* outside \[video_offsets\[0\] = "):
+        family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=swapped)
+
+
+def test_glm_image_offsets_are_checked_against_the_scan():
+    family = family_of("glm4v")
+    prompt = build_prompt(family, [text(2), Image(1, 1), Video(1, 1, 1), text(1)])
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    with pytest.raises(
+        MRopeError, match=r"image 0 \(image_grid_thw\[0\] = \(1, 2, 2\)\) was found at 3, but"
+    ):
+        family.positions(
+            prompt.input_ids, **prompt.kwargs(), image_offsets=[images[0] + 1], video_offsets=videos
+        )
+
+
+def test_omni_families_take_no_offsets():
+    config = peers.transformers_omni_config("qwen2_5_omni")
+    family = mrope.from_config(config)
+    with pytest.raises(MRopeError, match="locates its items in input_ids: it takes no image_offsets"):
+        family.positions([1, 2], image_offsets=[], video_offsets=[])
+
+
+# -- video_time --------------------------------------------------------------------------------------
+def _video_prompt(family, frames: int, seconds: float):
+    return build_prompt(family, [text(3), Video(frames, 1, 1), text(2)], [seconds])
+
+
+def test_video_time_float64_is_vllms_arithmetic():
+    # fps 25, temporal patch 2: second_per_grid_ts float32(0.08); frame 25 at time index 3 (vLLM,
+    # float64) or 4 (transformers and SGLang, float32)
+    f32, f64 = family_of("qwen2_5_vl"), family_of("qwen2_5_vl", video_time="float64")
+    prompt = _video_prompt(f32, 30, 2 / 25)
+    seconds = float(np.float32(2 / 25))
+    t32, t64 = (
+        f32.positions(prompt.input_ids, **prompt.kwargs("torch")),
+        f64.positions(prompt.input_ids, **prompt.kwargs("torch")),
+    )
+    block = slice(4, 4 + 30)
+    expected = [4 + int(k * (seconds * 2)) for k in range(30)]  # Python floats: float64
+    assert t64[0][0, block].tolist() == expected
+    assert t64[0][0, 4 + 25] == 4 + 3 and t32[0][0, 4 + 25] == 4 + 4
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+@given(
+    frames=st.integers(1, 80),
+    seconds=st.one_of(
+        st.sampled_from([1 / 12, 2 / 25, 2 / 24, 2 / 30, 2 / 29.97, 0.5]), st.floats(0, 4, width=32)
+    ),
+)
+def test_video_time_float64_matches_a_float64_reference(compat, frames, seconds):
+    family = family_of("qwen2_5_vl", compat, video_time="float64")
+    prompt = _video_prompt(family, frames, seconds)
+    step = float(np.float32(seconds)) * family.tokens_per_second
+    t = [int(k * step) for k in range(frames)]
+    positions, delta = family.positions(prompt.input_ids, **prompt.kwargs("numpy"))
+    assert positions[0, 4 : 4 + frames].tolist() == [4 + x for x in t]
+    table, table_delta = family.segments(prompt.input_ids, **prompt.kwargs("numpy"))
+    np.testing.assert_array_equal(mrope.core.render_all(table), positions)
+    assert table_delta == delta
+    # the batch API follows the same setting
+    ids = np.array([prompt.input_ids])
+    batch, deltas = mrope.get_rope_index(family, ids, **prompt.kwargs("numpy"))
+    np.testing.assert_array_equal(batch[:, 0], positions)
+
+
+def test_video_time_is_kept_and_checked():
+    family = family_of("qwen2_5_vl", video_time="float64")
+    assert family.with_compat("transformers").video_time == "float64"
+    assert "video_time='float64'" in repr(family)
+    assert family_of("qwen3_vl", video_time="float64").video_time == "float64"  # every family takes it
+    with pytest.raises(MRopeError, match=r"video_time must be one of \('float32', 'float64'\)"):
+        family_of("qwen2_5_vl", video_time="float16")
