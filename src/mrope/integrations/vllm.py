@@ -1,0 +1,431 @@
+"""mrope inside vLLM: the V1 model runner's M-RoPE positions served by :class:`mrope.PositionTable`.
+
+vLLM computes a request's (3, P) prompt positions at admission with a per-model Python function and,
+every step, loops over the batch in Python to copy them (and ``index + delta`` past the prompt) into
+its position buffer. :func:`enable` replaces both in this process: admission registers the request
+in a table (O(images + frames) state, no (3, P) copy) and the step is one :meth:`PositionTable.fill`
+from the runner's own numpy arrays, with no Python per request.
+
+Patched (vLLM's ``GPUModelRunner``, which the CPU runner inherits, and its persistent ``InputBatch``):
+
+- ``_init_mrope_positions`` (admission, resumption of a streaming request): ``PositionTable.add``;
+- ``_prepare_inputs``: keeps the step's scheduled counts for the position hook;
+- ``_calc_mrope_positions`` (each step): one ``fill`` into ``mrope_positions.np``;
+- ``_on_request_state_removed`` (finished): frees the request's slot. A preempted request keeps its
+  slot (vLLM keeps its state too), so resumption and prefix-cache hits need nothing;
+- ``InputBatch.add_request``, ``swap_states``, ``condense``: keep the numpy map from persistent-batch
+  index to table slot current.
+
+What falls back to vLLM's own path (logged once, counted in :func:`stats`): a model mrope does not
+know; multimodal pruning (video token pruning rewrites positions after the encoder); a request mrope
+refuses whose vLLM positions are not text runs and vision frames (from then on the whole runner uses
+vLLM's path). Speculative tokens are ordinary scheduled tokens past the prompt (``index + delta``), so
+speculative decoding needs nothing. The newer model runner (``vllm/v1/worker/gpu/``) is left alone.
+
+``mode="check"`` runs vLLM's own code too and compares every step, raising :class:`MRopeError` at the
+first differing column: a way to validate a model or a vLLM version before serving with mrope.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..families import Family, from_config
+from ..serving import PositionTable
+from ._vllm_inputs import VLLM_SETTINGS, inputs_from_mm_features, unsupported_reason
+
+#: vLLM releases whose V1 model runner internals this module was written against and tested with
+SUPPORTED_VERSIONS = ("0.32.0",)
+MODES = ("mrope", "check")
+#: the environment variable the entry point reads: ``1`` (or ``mrope``), ``check``; anything else: off
+ENV_VAR = "MROPE_VLLM"
+
+logger = logging.getLogger(__name__)
+
+_STAT_NAMES = (
+    "admitted",  # requests registered in a table
+    "removed",  # requests whose slot was freed (finished)
+    "steps",  # steps whose positions mrope wrote
+    "checked_steps",  # check mode: steps compared with vLLM's own path
+    "fallback_requests",  # requests whose positions vLLM's own path computed
+    "fallback_steps",  # steps written by vLLM's own path in a patched runner
+)
+_stats = dict.fromkeys(_STAT_NAMES, 0)
+_enabled: dict[str, Any] = {}  # "mode", and the originals of every patched method
+_runners: weakref.WeakSet[Any] = weakref.WeakSet()  # runners holding mrope state
+
+
+def enable(mode: str = "mrope") -> None:
+    """Serve vLLM's M-RoPE positions from mrope in this process (every V1 model runner, existing
+    ones included from their next admission).
+
+    Parameters
+    ----------
+    mode : ``"mrope"`` (mrope's positions are used) or ``"check"`` (vLLM's are used, mrope's are
+        computed beside them and compared at every step; a difference raises :class:`MRopeError`).
+
+    Raises
+    ------
+    MRopeError
+        An unknown mode, vLLM not installed, or a vLLM version not in :data:`SUPPORTED_VERSIONS`.
+    """
+    if mode not in MODES:
+        raise MRopeError(f"mode must be one of {MODES}, got {mode!r}")
+    runner_cls, batch_cls = _vllm_classes()
+    if _enabled:
+        if _enabled["mode"] != mode:
+            disable()
+        else:
+            return
+    originals = {
+        (runner_cls, "_init_mrope_positions"): _init_mrope_positions,
+        (runner_cls, "_prepare_inputs"): _prepare_inputs,
+        (runner_cls, "_calc_mrope_positions"): _calc_mrope_positions,
+        (runner_cls, "_on_request_state_removed"): _on_request_state_removed,
+        (batch_cls, "add_request"): _add_request,
+        (batch_cls, "swap_states"): _swap_states,
+        (batch_cls, "condense"): _condense,
+    }
+    _enabled["mode"] = mode
+    for (cls, name), patched in originals.items():
+        original = cls.__dict__[name]
+        _enabled[name] = original
+        setattr(cls, name, functools.wraps(original)(patched))
+    _enabled["classes"] = [key for key in originals]
+    _watch_newer_runner()
+
+
+def disable() -> None:
+    """Restore vLLM's own M-RoPE path in this process. Requests admitted while enabled get vLLM's
+    positions now, so they go on with vLLM's path."""
+    if not _enabled:
+        return
+    for cls, name in _enabled["classes"]:
+        setattr(cls, name, _enabled[name])
+    init = _enabled["_init_mrope_positions"]
+    for runner in list(_runners):
+        state = runner.__dict__.pop("_mrope", None)
+        if state is not None:
+            state.release(runner, init)
+    _enabled.clear()
+
+
+def is_enabled() -> str | None:
+    """The mode enabled in this process, or None."""
+    return _enabled.get("mode")
+
+
+def stats() -> dict[str, int]:
+    """This process's counters (see the module docstring): admitted, removed, steps, checked_steps,
+    fallback_requests, fallback_steps. In vLLM's default multiprocessing the runner lives in the
+    engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    """Zero this process's counters."""
+    for name in _stats:
+        _stats[name] = 0
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point (``mrope``): vLLM calls it in every process it starts.
+    Enables the plugin when ``MROPE_VLLM`` is ``1``/``mrope`` or ``check``; does nothing otherwise.
+    Never raises: on an unsupported vLLM it logs a warning and leaves vLLM alone."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value in ("", "0", "false", "off"):
+        return
+    mode = "mrope" if value in ("1", "true", "on", "mrope") else value
+    try:
+        enable(mode)
+    except MRopeError as error:
+        logger.warning("mrope: %s; vLLM's own M-RoPE path stays", error)
+
+
+# -- vLLM's classes and version ---------------------------------------------------------------------
+def _vllm_classes() -> tuple[type, type]:
+    """vLLM's V1 ``GPUModelRunner`` and ``InputBatch``, after the version check."""
+    try:
+        import vllm
+    except ImportError as error:
+        raise MRopeError("vLLM is not installed") from error
+    version = str(getattr(vllm, "__version__", "unknown")).split("+")[0]
+    if version not in SUPPORTED_VERSIONS:
+        raise MRopeError(
+            f"vLLM {version} is not supported by mrope's vLLM integration (it patches vLLM internals); "
+            f"supported: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return GPUModelRunner, InputBatch
+
+
+def _watch_newer_runner() -> None:
+    """Log once where vLLM builds its newer model runner (``vllm/v1/worker/gpu/``), which mrope
+    does not patch: positions there stay vLLM's."""
+    try:
+        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as NewerRunner
+    except Exception:  # the module needs what this platform may lack; nothing to watch then
+        return
+    original = NewerRunner.__dict__["__init__"]
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _enabled:
+            logger.warning(
+                "mrope: vLLM runs its newer model runner (vllm/v1/worker/gpu/), which mrope does not "
+                "patch; its M-RoPE positions stay vLLM's (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)"
+            )
+        original(self, *args, **kwargs)
+
+    _enabled["classes"].append((NewerRunner, "__init__"))
+    _enabled["__init__"] = original
+    NewerRunner.__init__ = __init__
+
+
+# -- per-runner state -------------------------------------------------------------------------------
+class _RunnerState:
+    """A model runner's table, its request slots and the persistent batch's index -> slot map."""
+
+    def __init__(self, runner: Any, family: Family | None, reason: str | None) -> None:
+        batch = runner.input_batch
+        self.family = family
+        self.inactive_reason = reason  # why vLLM's own path serves this runner (None: mrope does)
+        self.num_slots = 2 * batch.max_num_reqs  # room for preempted requests beside the running ones
+        self.table = PositionTable(self.num_slots) if family is not None else None
+        self.slot_of: dict[str, int] = {}
+        self.free_slots = list(range(self.num_slots - 1, -1, -1))
+        self.batch_slots = np.full(batch.max_num_reqs, -1, dtype=np.int64)
+        self.batch = batch
+        batch._mrope = self
+        self.runner = weakref.ref(runner)
+        self.num_scheduled: np.ndarray | None = None
+        self.step = 0
+
+    @property
+    def active(self) -> bool:
+        return self.table is not None
+
+    def admit(self, req_state: Any) -> None:
+        """Register a request (a new one, or a streaming request's updated prompt)."""
+        self.forget(req_state.req_id)
+        slot = self._free_slot()
+        ids, inputs = _request_inputs(self.family, req_state)
+        self.table.add(slot, self.family, ids, **inputs)
+        self._bind(req_state.req_id, slot)
+
+    def readmit(self, req_state: Any) -> int:
+        """Register a resumed request whose slot was evicted while it was preempted; its slot."""
+        try:
+            self.admit(req_state)
+        except MRopeError:  # it was served from vLLM's positions: it still has them
+            self.admit_positions(req_state)
+        return self.slot_of[req_state.req_id]
+
+    def admit_positions(self, req_state: Any) -> None:
+        """Register a request from the positions vLLM computed for it (``req_state.mrope_positions``)."""
+        self.forget(req_state.req_id)
+        slot = self._free_slot()
+        self.table.add_positions(slot, req_state.mrope_positions, req_state.mrope_position_delta)
+        self._bind(req_state.req_id, slot)
+
+    def forget(self, req_id: str) -> None:
+        slot = self.slot_of.pop(req_id, None)
+        if slot is not None:
+            self.table.remove(slot)
+            self.free_slots.append(slot)
+            _stats["removed"] += 1
+            index = self.batch.req_id_to_index.get(req_id)
+            if index is not None:
+                self.batch_slots[index] = -1
+
+    def deactivate(self, runner: Any, reason: str) -> None:
+        """Hand this runner to vLLM's own path for good (a request mrope cannot serve)."""
+        logger.warning("mrope: %s; this model runner uses vLLM's own M-RoPE path from now on", reason)
+        self.release(runner, _enabled["_init_mrope_positions"])
+        self.table, self.inactive_reason = None, reason
+
+    def release(self, runner: Any, vllm_init: Callable[[Any, Any], None]) -> None:
+        """Give every live request vLLM's own positions, so vLLM's path can serve it."""
+        for req_state in runner.requests.values():
+            if req_state.mrope_positions is None:
+                vllm_init(runner, req_state)
+        self.slot_of.clear()
+        self.batch._mrope = None
+
+    def _free_slot(self) -> int:
+        if not self.free_slots:  # evict a preempted request; it is registered again when it resumes
+            running = self.batch.req_id_to_index
+            self.forget(next(r for r in self.slot_of if r not in running))
+        return self.free_slots.pop()
+
+    def _bind(self, req_id: str, slot: int) -> None:
+        self.slot_of[req_id] = slot
+        index = self.batch.req_id_to_index.get(req_id)
+        if index is not None:
+            self.batch_slots[index] = slot
+        _stats["admitted"] += 1
+
+
+def _runner_state(runner: Any) -> _RunnerState:
+    """The runner's state, created at its first admission."""
+    state = runner.__dict__.get("_mrope")
+    if state is not None and state.batch is runner.input_batch:
+        return state
+    if state is not None:  # vLLM rebuilt its persistent batch (before serving): start again
+        state.release(runner, _enabled["_init_mrope_positions"])
+    family, reason = None, None
+    if getattr(runner, "is_multimodal_pruning_enabled", False):
+        reason = "multimodal pruning rewrites positions after the encoder"
+    else:
+        try:
+            family = from_config(runner.model_config.hf_config, **VLLM_SETTINGS)
+            reason = unsupported_reason(family)
+        except MRopeError as error:
+            reason = str(error)
+        if reason is not None:
+            family = None
+    if reason is not None:
+        logger.warning("mrope: %s; vLLM's own M-RoPE path serves this model", reason)
+    state = _RunnerState(runner, family, reason)
+    runner._mrope = state
+    _runners.add(runner)
+    return state
+
+
+def _request_inputs(family: Family, req_state: Any) -> tuple[Any, dict[str, Any]]:
+    """The prompt ids and the keyword inputs of :meth:`PositionTable.add` for a request."""
+    features = [f for f in req_state.mm_features if f.modality != "prompt_embeds"]
+    ids = req_state.prompt_token_ids
+    if ids is None:  # embeddings only: text positions (-1 is no placeholder id)
+        ids = np.full(req_state.prompt_embeds.shape[0], -1, dtype=np.int64)
+    return ids, inputs_from_mm_features(family, features)
+
+
+# -- the patched methods ------------------------------------------------------------------------------
+def _init_mrope_positions(self: Any, req_state: Any) -> None:
+    """Admission: register the request in the runner's table (check mode: vLLM's positions too)."""
+    state = _runner_state(self)
+    if not state.active or _enabled["mode"] == "check":
+        _enabled["_init_mrope_positions"](self, req_state)
+        if not state.active:
+            _stats["fallback_requests"] += 1
+            return
+    try:
+        state.admit(req_state)
+    except MRopeError as error:
+        if _enabled["mode"] == "check":
+            raise MRopeError(f"mrope check: request {req_state.req_id!r} refused: {error}") from error
+        _enabled["_init_mrope_positions"](self, req_state)
+        try:  # positions mrope would not compute but can still serve
+            state.admit_positions(req_state)
+        except MRopeError:
+            _stats["fallback_requests"] += 1
+            state.deactivate(self, f"request {req_state.req_id!r}: {error}")
+            return
+        logger.warning("mrope: request %r: %s; serving vLLM's positions for it", req_state.req_id, error)
+        _stats["fallback_requests"] += 1
+
+
+def _prepare_inputs(self: Any, scheduler_output: Any, num_scheduled_tokens: np.ndarray, *args: Any) -> Any:
+    """Keep the step's scheduled counts (per persistent-batch index) for :func:`_calc_mrope_positions`."""
+    state = self.__dict__.get("_mrope")
+    if state is not None:
+        state.num_scheduled = num_scheduled_tokens
+    return _enabled["_prepare_inputs"](self, scheduler_output, num_scheduled_tokens, *args)
+
+
+def _calc_mrope_positions(self: Any, scheduler_output: Any) -> None:
+    """Each step: one ``fill`` of the runner's position buffer."""
+    state = self.__dict__.get("_mrope")
+    if state is None or not state.active:
+        _stats["fallback_steps"] += 1
+        return _enabled["_calc_mrope_positions"](self, scheduler_output)
+    batch = self.input_batch
+    num_reqs = batch.num_reqs
+    state.step += 1
+    if _enabled["mode"] == "check":
+        return _check_step(self, state, scheduler_output, num_reqs)
+    state.table.fill(
+        self.mrope_positions.np,
+        state.batch_slots[:num_reqs],
+        batch.num_computed_tokens_cpu[:num_reqs],
+        state.num_scheduled,
+    )
+    _stats["steps"] += 1
+
+
+def _check_step(runner: Any, state: _RunnerState, scheduler_output: Any, num_reqs: int) -> None:
+    """vLLM's own step, then mrope's into a scratch buffer; the first differing column raises."""
+    _enabled["_calc_mrope_positions"](runner, scheduler_output)
+    expected = runner.mrope_positions.np
+    computed = runner.input_batch.num_computed_tokens_cpu[:num_reqs]
+    scheduled = state.num_scheduled
+    ours = np.empty_like(expected)
+    num = state.table.fill(ours, state.batch_slots[:num_reqs], computed, scheduled)
+    differ = np.flatnonzero((ours[:, :num] != expected[:, :num]).any(axis=0))
+    if differ.size:
+        column = int(differ[0])
+        ends = np.cumsum(scheduled)
+        i = int(np.searchsorted(ends, column, side="right"))
+        index = int(computed[i]) + column - int(ends[i] - scheduled[i])
+        req_id = runner.input_batch.req_ids[i]
+        raise MRopeError(
+            f"mrope check: request {req_id!r}, step {state.step}: column {column} (sequence index {index}) "
+            f"has t, h, w = {ours[:, column].tolist()} from mrope, {expected[:, column].tolist()} from vLLM"
+        )
+    _stats["checked_steps"] += 1
+    _stats["steps"] += 1
+
+
+def _on_request_state_removed(self: Any, req_id: str, req_state: Any) -> None:
+    """A finished request frees its slot."""
+    state = self.__dict__.get("_mrope")
+    if state is not None and state.active:
+        state.forget(req_id)
+    return _enabled["_on_request_state_removed"](self, req_id, req_state)
+
+
+def _add_request(self: Any, request: Any) -> int:
+    """Persistent batch: a request (new or resumed) took index ``index``."""
+    index = _enabled["add_request"](self, request)
+    state = self.__dict__.get("_mrope")
+    if state is not None:
+        slot = state.slot_of.get(request.req_id)
+        if slot is None and state.active:  # resumed after its slot was evicted
+            try:
+                slot = state.readmit(request)
+            except MRopeError as error:
+                state.deactivate(state.runner(), f"request {request.req_id!r}: {error}")
+        state.batch_slots[index] = -1 if slot is None else slot
+    return index
+
+
+def _swap_states(self: Any, i1: int, i2: int) -> None:
+    _enabled["swap_states"](self, i1, i2)
+    state = self.__dict__.get("_mrope")
+    if state is not None:
+        slots = state.batch_slots
+        slots[i1], slots[i2] = slots[i2], slots[i1]
+
+
+def _condense(self: Any) -> None:
+    """Requests moved down into the indices freed this step: read their slots again."""
+    state = self.__dict__.get("_mrope")
+    if state is None:
+        return _enabled["condense"](self)
+    emptied = list(self.batch_update_builder.removed)
+    _enabled["condense"](self)
+    num_reqs = self.num_reqs
+    for index in emptied:
+        if index < num_reqs:
+            state.batch_slots[index] = state.slot_of.get(self.req_ids[index], -1)
