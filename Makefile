@@ -29,6 +29,12 @@ test: venv lint
 bench: venv
 	$(BIN)/mrope bench step --json bench-results/step.json
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json
+	$(MAKE) bench-vllm-step
+
+# The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
+bench-vllm-step:
+	@if [ -x .venv-vllm/bin/mrope ]; then .venv-vllm/bin/mrope bench step --json bench-results/step-vllm.json; \
+	else echo "bench-vllm-step: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 bench-step: venv
 	$(BIN)/mrope bench step --json bench-results/step.json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import statistics
@@ -25,6 +26,33 @@ def time_call(fn: Callable[[], Any], *, repeats: int = 50, min_seconds: float = 
         fn()
         samples.append(time.perf_counter() - t0)
     return samples
+
+
+def time_once(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of ``fn``, the garbage collector off during it (as ``timeit`` does): a
+    collection of some other code's garbage is not the call's cost."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_EVICTION: list[Any] = []
+
+
+def evict_caches() -> None:
+    """Read 64 MiB (one byte per cache line), more than this machine's caches hold: the state an
+    engine's step code finds after a forward pass."""
+    import numpy as np
+
+    if not _EVICTION:
+        _EVICTION.append(np.ones(64 << 20, dtype=np.uint8))
+    int(_EVICTION[0][::64].sum())
 
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], *, quick: bool = False) -> dict[str, list[float]]:

@@ -98,7 +98,10 @@ class PositionTable:
         vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
         can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0``. Both write the same
         positions and raise the same errors. float32 tables always use numpy. ``table.backend`` tells
-        which one runs.
+        which one runs. numba compiles the step on its first call for each combination of array types
+        (seconds; then from its on-disk cache, a fraction of a second per process): an engine makes
+        that call at start-up with an empty step of its real arrays, e.g. ``fill(out, rows[:0],
+        num_computed[:0], num_scheduled[:0])``.
 
     Examples
     --------
