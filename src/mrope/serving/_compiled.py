@@ -7,9 +7,9 @@ numba (``cache=True``: later processes load it from disk), does the whole step i
 1. validation, for every request: the row is in range and live, ``num_computed >= 0``,
    ``num_scheduled >= 0``, the last index below the table's bound, the last position below
    ``max_position`` (unless the step has no token), and ``out`` has the columns (and ``num_tokens``
-   is N). A bad step returns
-   -1 before anything is written: :class:`PositionTable` then runs its numpy path, whose checks
-   (:mod:`._checks`) raise the error, so both paths refuse the same input with the same message;
+   is N). A bad step returns -1 before anything is written: :class:`PositionTable` then runs its
+   numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse the same input
+   with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
    its segments in order from the one a binary search over the pool's keys finds.
 
@@ -22,8 +22,9 @@ paths write the same positions. float32 tables (Qwen3-Omni) keep the numpy path.
 
 numba is optional (every vLLM install has it): this module imports it, and is imported only by
 :func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
-environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``rows``, ``num_computed`` and
-``num_scheduled`` may be int32 or int64 (vLLM's are int32): they are read as they are, not copied.
+environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``rows``,
+``num_computed`` and ``num_scheduled`` may be int32 or int64 (vLLM's are int32): they are read as
+they are, not copied.
 """
 
 from __future__ import annotations
