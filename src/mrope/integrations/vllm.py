@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -101,6 +102,7 @@ def enable(mode: str = "mrope") -> None:
         setattr(cls, name, functools.wraps(original)(patched))
     _enabled["classes"] = [key for key in originals]
     _watch_newer_runner()
+    _guard_kernel_rebinding()
 
 
 def disable() -> None:
@@ -192,6 +194,37 @@ def _watch_newer_runner() -> None:
     NewerRunner.__init__ = __init__
 
 
+def _guard_kernel_rebinding() -> None:
+    """Keep vLLM's engine start working once numba is loaded (mrope's compiled step uses it).
+
+    At every engine start vLLM 0.32 rebinds Triton kernels by scanning every module's objects with
+    ``vars(obj).get("kernel")``; llvmlite's ``ffi.lib`` (loaded with numba) answers ``vars()`` with a
+    C function wrapper, so the next engine started in the process fails with AttributeError (vLLM's
+    own numba users, ngram speculative decoding, hit it too). The scan skips that one module. The
+    guard stays after :func:`disable`: numba stays loaded.
+    """
+    from vllm.triton_utils import dispatcher
+
+    rebind = dispatcher._rebind_kernels
+    if getattr(rebind, "_mrope_guard", False):
+        return
+
+    @functools.wraps(rebind)
+    def rebind_kernels(*args: Any, **kwargs: Any) -> Any:
+        hidden = sys.modules.pop(_LLVMLITE_FFI, None)
+        try:
+            return rebind(*args, **kwargs)
+        finally:
+            if hidden is not None:
+                sys.modules[_LLVMLITE_FFI] = hidden
+
+    rebind_kernels._mrope_guard = True
+    dispatcher._rebind_kernels = rebind_kernels
+
+
+_LLVMLITE_FFI = "llvmlite.binding.ffi"
+
+
 # -- per-runner state -------------------------------------------------------------------------------
 class _RunnerState:
     """A model runner's table, its request slots and the persistent batch's index -> slot map."""
@@ -210,6 +243,9 @@ class _RunnerState:
         self.runner = weakref.ref(runner)
         self.num_scheduled: np.ndarray | None = None
         self.step = 0
+        if self.table is not None:  # compile (or load) the step for vLLM's array types now, not at a step
+            none = batch.num_computed_tokens_cpu[:0]
+            self.table.fill(runner.mrope_positions.np, self.batch_slots[:0], none, none)
 
     @property
     def active(self) -> bool:
