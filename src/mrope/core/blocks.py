@@ -78,10 +78,10 @@ def locate_items(
     Raises :class:`MRopeError` naming the item (``describe(i)``) otherwise.
     """
     found = int(placeholder_index.size)
-    if row_starts.size == 1 and 0 < tokens_per_item.size <= _FEW_ITEMS:  # one prompt: Python ints
-        start = _locate_few(placeholder_index, tokens_per_item.tolist(), found)
+    if row_starts.size == 1 and 0 < tokens_per_item.size <= FEW_ITEMS:  # one prompt: Python ints
+        start = locate_few(placeholder_index, tokens_per_item.tolist())
         if start is not None:
-            return start
+            return np.array(start, dtype=np.int64)
     last = tokens_per_item.cumsum()
     needed = int(last[-1]) if last.size else 0
     first = last - tokens_per_item
@@ -128,14 +128,17 @@ def locate_items(
     return start
 
 
-_FEW_ITEMS = 8  # up to this many items, a Python loop costs less than numpy's per-call overhead
+FEW_ITEMS = 8  # up to this many items, a Python loop costs less than numpy's per-call overhead
 
 
-def _locate_few(placeholder_index: np.ndarray, tokens: list[int], found: int) -> np.ndarray | None:
-    """Item starts when every item's placeholders are consecutive and none are left over; None
-    otherwise (the vectorized path then names the first bad item)."""
-    if sum(tokens) != found:
+def locate_few(placeholder_index: np.ndarray, tokens: list[int]) -> list[int] | None:
+    """Stream index of each item's first placeholder token (:func:`locate_items` on Python ints, for a
+    few items of one row) when every item's placeholders are consecutive and none are left over; None
+    otherwise (:func:`locate_items` then names the first bad item)."""
+    if sum(tokens) != placeholder_index.size:
         return None
+    if not tokens:
+        return []
     bounds, first = [], 0
     for n in tokens:
         bounds += (first, first + n - 1)
@@ -144,4 +147,4 @@ def _locate_few(placeholder_index: np.ndarray, tokens: list[int], found: int) ->
     starts, ends = index[0::2], index[1::2]
     if any(e - s + 1 != n for s, e, n in zip(starts, ends, tokens, strict=True)):
         return None
-    return np.array(starts, dtype=np.int64)
+    return starts

@@ -94,10 +94,9 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
     cursor = 0
     for start, end, base, frames, height, width, t in placed:
         if start > cursor:
-            text_shift = base - start
-            out[:, cursor:start] = arange[cursor + text_shift : base]
-        if t is None:
-            np.add(_plane(height, width), base, out=out[:, start:end])
+            out[:, cursor:start] = arange[cursor + base - start : base]
+        if t is None:  # (an add into a temporary and a copy cost less than an add into the strided view)
+            out[:, start:end] = _plane(height, width) + base
         else:  # out is C-contiguous: these reshapes are views
             grid = (frames, height * width)
             np.add(t[:, None], base, out=out[0, start:end].reshape(grid))
@@ -113,27 +112,19 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
     blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
     ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores."""
     placed, shift, delta = _place(rows, length, compat)
-    start_, t0_, hw0_, width_, text_ = [], [], [], [], []  # one entry per segment, in order
+    flat: list[int] = []  # (start, t0, hw0, width, is_text, origin) of each segment, in order
     pieces: list[np.ndarray] = []  # (6, n) runs of segments, in order (multi-frame blocks)
     cursor = 0
     for start, end, base, frames, height, width, t in placed:
         if start > cursor:
             text_base = cursor + base - start
-            start_ += (cursor,)
-            t0_ += (text_base,)
-            hw0_ += (text_base,)
-            width_ += (1,)
-            text_ += (1,)
+            flat += (cursor, text_base, text_base, 1, 1, cursor)
         if t is None:
-            start_ += (start,)
-            t0_ += (base,)
-            hw0_ += (base,)
-            width_ += (width,)
-            text_ += (0,)
+            flat += (start, base, base, width, 0, start)
         else:  # one segment per frame, written by numpy
-            if start_:
-                pieces.append(np.array([start_, t0_, hw0_, width_, text_, start_], dtype=np.int64))
-                start_, t0_, hw0_, width_, text_ = [], [], [], [], []
+            if flat:
+                pieces.append(_columns(flat))
+                flat = []
             frame = np.empty((6, frames), dtype=np.int64)
             np.multiply(_workspace.range(frames), height * width, out=frame[0])
             frame[0] += start
@@ -143,15 +134,16 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
             pieces.append(frame)
         cursor = end
     if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment
-        start_ += (cursor,)
-        t0_ += (cursor + shift,)
-        hw0_ += (cursor + shift,)
-        width_ += (1,)
-        text_ += (1,)
-    if start_:
-        pieces.append(np.array([start_, t0_, hw0_, width_, text_, start_], dtype=np.int64))
+        flat += (cursor, cursor + shift, cursor + shift, 1, 1, cursor)
+    if flat:
+        pieces.append(_columns(flat))
     data = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=1)
     return SegmentTable(data, length, compact=length > 0), delta
+
+
+def _columns(flat: list[int]) -> np.ndarray:
+    """Segments given field after field, segment after segment, as a (6, n) array (a view)."""
+    return np.array(flat, dtype=np.int64).reshape(-1, 6).T
 
 
 def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:

@@ -29,13 +29,15 @@ from ..core import (
     render_one_row,
     segments_one_row,
 )
-from ..core.blocks import empty_blocks
+from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
 from ..core.place import check_compat, check_video_time
 
 _ONE_ROW = np.array([0], dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
 _ONE_ROW.flags.writeable = False
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
 _NO_INPUTS: dict[str, Any] = {}  # no Omni inputs (never modified)
+_NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
+_NO_GRIDS.flags.writeable = False
 
 
 class Family:
@@ -374,20 +376,18 @@ class Family:
 
     def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
         """Grids as an int64 (n, 3) array, every value > 0 and H, W divisible by the merge size."""
+        if grid_thw is None:
+            return _NO_GRIDS
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids
         merge = self.spatial_merge_size
         bad = None
         if len(grids) <= 16:  # a few grids: a Python pass costs less than numpy calls on tiny arrays
-            bad = next(
-                (
-                    i
-                    for i, (t, h, w) in enumerate(grids.tolist())
-                    if min(t, h, w) <= 0 or h % merge or w % merge
-                ),
-                None,
-            )
+            for i, (t, h, w) in enumerate(grids.tolist()):
+                if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge:
+                    bad = i
+                    break
         elif grids.min() <= 0 or (grids[:, 1:] % merge).any():
             bad = int(((grids <= 0).any(axis=1) | (grids[:, 1:] % merge != 0).any(axis=1)).argmax())
         if bad is not None:
@@ -483,6 +483,18 @@ class Family:
         return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens)
 
     # -- items at given offsets (one prompt) ----------------------------------------------------------
+    def find_offsets(self, ids: np.ndarray, token_id: int, grids: np.ndarray) -> list[int] | None:
+        """Where each of a few items' placeholders (``token_id``) start in one prompt, found by a scan:
+        the offsets :meth:`items_at` takes. None when the items are many or do not fit the placeholders
+        (the vectorized :meth:`token_blocks` then serves, or names the bad item)."""
+        if len(grids) > FEW_ITEMS:
+            return None
+        placeholder = np.flatnonzero(ids == token_id)
+        if not len(grids):
+            return [] if not placeholder.size else None
+        merge = self.spatial_merge_size
+        return locate_few(placeholder, [t * (h // merge) * (w // merge) for t, h, w in grids.tolist()])
+
     def items_at(
         self,
         ids: Any,
@@ -500,7 +512,9 @@ class Family:
         length, merge = len(ids), self.spatial_merge_size
         steps = interval if isinstance(interval, np.ndarray) else None
         rows = []
-        for i, ((t, h, w), start) in enumerate(zip(grids.tolist(), offsets, strict=True)):
+        grid_list = grids.tolist()
+        for i, start in enumerate(offsets):
+            t, h, w = grid_list[i]
             height, width = h // merge, w // merge
             end = start + t * height * width
             if start < 0 or end > length:
@@ -590,9 +604,8 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
     """``{what}_offsets`` as a list of Python ints, one per item (``count`` items); None if not given."""
     if offsets is None:
         return None
-    if type(offsets) is list and all(type(o) is int for o in offsets):
-        values = offsets
-    else:
+    values = offsets
+    if type(offsets) is not list or any(type(o) is not int for o in offsets):
         values = to_int_array(offsets, name=f"{what}_offsets", ndim=1).tolist()
     if len(values) != count:
         raise MRopeError(

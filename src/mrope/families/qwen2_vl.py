@@ -35,28 +35,40 @@ class Qwen2VL(Family):
         video_offsets: list[int] | None,
     ) -> Blocks | list[BlockRow]:
         """One prompt's blocks: each modality at its given offsets, or found in ``ids``."""
-        if image_offsets is None and video_offsets is None:
-            return super().prompt_blocks(ids, images, videos, seconds, None, None)
-        if image_offsets is None:
-            rows = np.array([0, len(ids)], dtype=np.int64)
-            image_part = self.token_blocks(
-                as_ids(ids), self.image_token_id, images, rows[:1], rows[1:], what="image"
-            )
-        else:
-            image_part = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
+        image_part = self.prompt_image_blocks(ids, images, image_offsets)
         video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets)
+        if not video_part and isinstance(image_part, list) and len(image_part) < 2:
+            return image_part  # one image or none: nothing to order or to overlap
         return self.merge_items([image_part, video_part], image_offsets, video_offsets)
+
+    def prompt_image_blocks(
+        self, ids: Any, images: np.ndarray, image_offsets: list[int] | None
+    ) -> Blocks | list[BlockRow]:
+        """One prompt's image blocks: at ``image_offsets``, or found in ``ids`` (a scan for the offsets
+        when the images are few, else the vectorized parse)."""
+        if image_offsets is None:
+            image_offsets = self.find_offsets(as_ids(ids), self.image_token_id, images)
+            if image_offsets is None:
+                rows = np.array([0, len(ids)], dtype=np.int64)
+                return self.token_blocks(
+                    as_ids(ids), self.image_token_id, images, rows[:1], rows[1:], what="image"
+                )
+        if not image_offsets:
+            return []
+        return self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
 
     def prompt_video_blocks(
         self, ids: Any, videos: np.ndarray, seconds: np.ndarray | None, video_offsets: list[int] | None
     ) -> Blocks | list[BlockRow]:
-        """One prompt's video blocks: at ``video_offsets`` (each video one block), or found in ``ids``."""
+        """One prompt's video blocks, each video one block: at ``video_offsets``, or found in ``ids``."""
+        grids, interval = self.video_items(videos, seconds)
         if video_offsets is None:
-            rows = np.array([0, len(ids)], dtype=np.int64)
-            return self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
+            video_offsets = self.find_offsets(as_ids(ids), self.video_token_id, grids)
+            if video_offsets is None:
+                rows = np.array([0, len(ids)], dtype=np.int64)
+                return self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
         if not video_offsets:
             return []
-        grids, interval = self.video_items(videos, seconds)
         return self.items_at(ids, self.video_token_id, grids, video_offsets, what="video", interval=interval)
 
     def video_blocks(

@@ -156,3 +156,24 @@ def _grid(data: Any, name: str, offset: int) -> list[int]:
     if len(grid) != 3:
         raise MRopeError(f"{name} of the feature at offset {offset} must be (T, H, W), got {grid}")
     return grid
+
+
+def feature_spec(modality: str, offset: int, length: int, data: dict[str, Any], is_embed: Any = None) -> Any:
+    """A vLLM ``MultiModalFeatureSpec`` of one item, as vLLM's processor builds it (for tests and
+    benchmarks): ``data`` maps field names (``image_grid_thw``, ...) to the item's tensors, each wrapped
+    in a ``MultiModalFieldElem`` of a batched field; the ``PlaceholderRange`` starts at ``offset``."""
+    from vllm.multimodal.inputs import (
+        MultiModalBatchedField,
+        MultiModalFeatureSpec,
+        MultiModalFieldElem,
+        MultiModalKwargsItem,
+        PlaceholderRange,
+    )
+
+    field = MultiModalBatchedField(keep_on_cpu=True)
+    return MultiModalFeatureSpec(
+        data=MultiModalKwargsItem({k: MultiModalFieldElem(data=v, field=field) for k, v in data.items()}),
+        modality=modality,
+        identifier=f"{modality}-{offset}",
+        mm_position=PlaceholderRange(offset=offset, length=length, is_embed=is_embed),
+    )

@@ -33,18 +33,12 @@ if not vllm.__version__.startswith("0.32."):
     pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
 
 from transformers import AutoConfig  # noqa: E402
-from vllm.multimodal.inputs import (  # noqa: E402
-    MultiModalBatchedField,
-    MultiModalFeatureSpec,
-    MultiModalFieldElem,
-    MultiModalKwargsItem,
-    PlaceholderRange,
-)
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations._vllm_inputs import (  # noqa: E402
     VLLM_SETTINGS,
+    feature_spec,
     inputs_from_mm_features,
     unsupported_reason,
 )
@@ -160,17 +154,7 @@ class Request:
         return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
 
 
-def _elem(value: Any) -> Any:
-    return MultiModalFieldElem(data=value, field=MultiModalBatchedField(keep_on_cpu=True))
-
-
-def _feature(modality: str, offset: int, length: int, data: dict[str, Any], is_embed: Any = None) -> Any:
-    return MultiModalFeatureSpec(
-        data=MultiModalKwargsItem({k: _elem(v) for k, v in data.items()}),
-        modality=modality,
-        identifier=f"{modality}-{offset}",
-        mm_position=PlaceholderRange(offset=offset, length=length, is_embed=is_embed),
-    )
+_feature = feature_spec
 
 
 @st.composite
