@@ -101,6 +101,15 @@ class OmniFamily(Family):
         "audio_token_index": "audio_token_id",
     }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.video_time != "float32":
+            raise MRopeError(
+                f"{self.model_type} follows transformers' thinker code, whose video time is float32: "
+                f"video_time={self.video_time!r} (vLLM's arithmetic) is not implemented for the Omni "
+                "families (vLLM's Omni positions differ in more than the time arithmetic)"
+            )
+
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
         """Settings from the thinker config: top level, ``vision_config``, then ``audio_config``."""
