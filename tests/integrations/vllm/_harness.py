@@ -58,8 +58,12 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "disable_log_stats": False,  # keeps the metrics, vllm:num_preemptions among them
 }
 
-# Offline, quiet, small: the environment of every run (in-process runs: set by the conftest).
+# Offline, quiet, small: the environment of every run (in-process runs: set by the conftest,
+# before torch is imported). OMP_NUM_THREADS=1: vLLM's CPU worker means to cut torch to one thread
+# but has already replaced torch.set_num_threads by a no-op, so torch keeps one OpenMP thread per
+# core; on 2 busy cores their spinning made runs 10x slower (0.5 s -> 5-10 s), one thread does not.
 BASE_ENV = {
+    "OMP_NUM_THREADS": "1",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
