@@ -2,7 +2,8 @@
 # Every GPU check of mrope in one run, for a session that is lent a GPU (the device tool runs it from
 # the repository root; results go to $OUT when set). Needs torch with CUDA, triton, numpy, pytest and
 # hypothesis on that machine; transformers and liger-kernel for the comparisons when present.
-# About 5 minutes: the rotary tests and benchmark (compiled Triton kernel, Liger-Kernel), then the
+# About 5 minutes: the rotary tests (compiled Triton kernel; tests/ops/test_rotary_cuda.py: no sync with
+# check_positions=False, CUDA graph capture) and benchmark (Liger-Kernel), then the
 # serving device path (sync-debug mode, CUDA graph replay, timings against host positions + copy).
 set -uo pipefail
 cd "$(dirname "$0")/.."

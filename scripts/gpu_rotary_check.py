@@ -19,7 +19,15 @@ def main() -> int:
         print("no CUDA device: nothing to check")
         return 1
     env = {**os.environ, "PYTHONPATH": "src", "TRITON_INTERPRET": "0"}
-    tests = [sys.executable, "-m", "pytest", "tests/test_rotary.py", "tests/ops/test_mrope_rotary.py", "-q"]
+    tests = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/test_rotary.py",
+        "tests/ops/test_mrope_rotary.py",
+        "tests/ops/test_rotary_cuda.py",  # sync-debug mode and CUDA graph capture of the rotary path
+        "-q",
+    ]
     rc = subprocess.call(tests, env=env)
     bench = [sys.executable, "-m", "mrope.cli", "bench", "rotary", "--json", "bench-results/rotary-gpu.json"]
     rc_bench = subprocess.call(bench + sys.argv[1:], env=env)

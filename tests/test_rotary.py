@@ -12,7 +12,13 @@ import torch
 
 from _peers import require_module
 from mrope._errors import MRopeError
-from mrope.rotary import MRotaryEmbedding, apply_mrope, rotary_embedding_from_config, section_rows
+from mrope.rotary import (
+    MRotaryEmbedding,
+    apply_mrope,
+    build_cos_sin_cache,
+    rotary_embedding_from_config,
+    section_rows,
+)
 
 transformers = require_module("transformers")
 from transformers import CONFIG_MAPPING  # noqa: E402
@@ -235,9 +241,126 @@ def test_decode_uses_seq_lens_minus_one_plus_delta():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-def test_cache_stays_float32_when_the_module_is_cast():
-    rope = _small("chunked").to(torch.bfloat16)
-    assert rope.cos_sin_cache.dtype == torch.float32 and rope.inv_freq.dtype == torch.float32
+@pytest.mark.parametrize(
+    ("cast", "dtype"),
+    [
+        (lambda m: m.to(torch.bfloat16), torch.bfloat16),
+        (lambda m: m.half(), torch.float16),
+        (lambda m: m.to("cpu", torch.float16), torch.float16),
+        (lambda m: m.bfloat16().float(), torch.float32),
+        (lambda m: m.double(), torch.float64),
+        (lambda m: m.to("cpu"), torch.float32),
+    ],
+)
+def test_module_cast_keeps_the_cache_values_and_sets_dtype(cast, dtype):
+    """A cast must not round the float32 cache through the new dtype, and the module then takes
+    q and k of the new dtype, rotating them exactly as a module built with that dtype."""
+    rope = cast(_small("chunked"))
+    fresh = _small("chunked", dtype=dtype)
+    # values, not just the dtype: bf16 rounding changes cos/sin by up to 2**-9
+    assert torch.equal(rope.cos_sin_cache, build_cos_sin_cache(512, 32, 1e4))
+    assert torch.equal(rope.inv_freq, fresh.inv_freq)
+    assert rope.dtype == dtype
+    pos = torch.randint(0, 512, (3, 7), generator=torch.Generator().manual_seed(5))
+    q, k = torch.randn(7, 2 * 48).to(dtype), torch.randn(7, 48).to(dtype)
+    out = rope(pos, q.clone(), k.clone())
+    exp = fresh(pos, q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+
+
+def test_to_empty_after_meta_construction_rebuilds_the_cache_exactly():
+    with torch.device("meta"):
+        rope = _small("interleaved")
+    rope.to_empty(device="cpu")
+    assert torch.equal(rope.cos_sin_cache, build_cos_sin_cache(512, 32, 1e4))
+    assert torch.equal(rope.inv_freq, _small("interleaved").inv_freq)
+
+
+@pytest.mark.parametrize("backend", ["native", "auto"])
+def test_zero_token_step_is_a_no_op(backend):
+    rope = MRotaryEmbedding(48, 32, 512, 1e4, (4, 6, 6), dtype=torch.bfloat16, backend=backend)
+    for positions in (torch.zeros(3, 0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)):
+        for shape in ((0, 2 * 48), (0, 2, 48)):
+            q, k = torch.zeros(shape, dtype=torch.bfloat16), torch.zeros(shape, dtype=torch.bfloat16)
+            out_q, out_k = rope(positions, q, k)
+            assert out_q is q and out_q.shape == shape
+            new_q, _ = apply_mrope(rope, positions, q, k)
+            assert new_q.shape == shape
+    empty = torch.zeros(0, dtype=torch.int64)
+    q = torch.zeros(0, 2 * 48, dtype=torch.bfloat16)
+    assert rope.forward_decode(empty, empty, q, q[:, :48])[0].shape == (0, 96)
+
+
+def test_small_signed_integer_positions_match_int64():
+    rope = _small("ernie", neox=False)
+    pos = torch.randint(0, 120, (3, 6), generator=torch.Generator().manual_seed(2))
+    q, k = torch.randn(6, 96), torch.randn(6, 48)
+    exp = rope(pos, q.clone(), k.clone())
+    for dtype in (torch.int32, torch.int16, torch.int8):
+        out = rope(pos.to(dtype), q.clone(), k.clone())
+        assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1]), dtype
+
+
+def test_decode_refuses_rounding_deltas_and_unsigned_seq_lens():
+    rope = _small("chunked")
+    q, k = torch.randn(2, 96), torch.randn(2, 48)
+    with pytest.raises(MRopeError, match=r"deltas have dtype torch.bfloat16"):
+        rope.forward_decode(torch.tensor([3, 4]), torch.tensor([1.0, 2.0]).bfloat16(), q, k)
+    with pytest.raises(MRopeError, match=r"seq_lens must be a 1-D integer tensor"):
+        rope.forward_decode(torch.tensor([3, 4], dtype=torch.uint8), torch.tensor([1, 2]), q, k)
+
+
+def test_unchecked_native_path_clamps_like_the_kernel_and_float_positions_skip_the_cache():
+    """check_positions=False: out-of-range integer positions are clamped (the documented rule), and
+    floating positions are computed directly, even past the cache."""
+    rope = MRotaryEmbedding(48, 32, 64, 1e4, (4, 6, 6), dtype=torch.float32, check_positions=False)
+    checked = MRotaryEmbedding(48, 32, 4096, 1e4, (4, 6, 6), dtype=torch.float32)
+    pos = torch.tensor([[0, 300, 5], [1, -4, 63], [2, 2, 999]])
+    q, k = torch.randn(3, 96), torch.randn(3, 48)
+    out = rope(pos, q.clone(), k.clone())
+    exp = checked(pos.clamp(0, 63), q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+    new_q, _ = apply_mrope(rope, pos, q, k)
+    assert torch.equal(new_q, exp[0])
+    fpos = torch.tensor([[0.5, 300.25, 5.0]] * 3)
+    out = rope(fpos, q.clone(), k.clone())
+    exp = checked(fpos, q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+    with pytest.raises(
+        MRopeError, match=r"positions span \[0.5, 300.25\], outside the cos/sin cache \[0, 64\)"
+    ):
+        MRotaryEmbedding(48, 32, 64, 1e4, (4, 6, 6), dtype=torch.float32)(fpos, q, k)
+
+
+def test_family_rotary_embedding_defaults_and_options():
+    from mrope.families import from_config
+
+    cfg = CONFIG_MAPPING["qwen2_5_vl"](text_config=_QWEN2).to_dict()
+    family = from_config(cfg)
+    rope = family.rotary_embedding()
+    assert rope.dtype == torch.bfloat16 and rope.check_positions and rope.backend == "auto"
+    assert rope.max_position == cfg["text_config"]["max_position_embeddings"]
+    fast = family.rotary_embedding(
+        dtype=torch.float32, check_positions=False, backend="native", positions_factor=4
+    )
+    assert (fast.dtype, fast.check_positions, fast.backend) == (torch.float32, False, "native")
+    assert fast.max_position == 4 * rope.max_position
+    assert torch.equal(fast.cos_sin_cache[: rope.max_position], rope.cos_sin_cache)
+    assert family.rotary_embedding(max_position=1000).max_position == 1000
+    # the module built from the family rotates as the one built from its text config directly
+    direct = rotary_embedding_from_config(
+        cfg["text_config"], layout="chunked", is_neox_style=True, dtype=torch.float32, check_positions=False
+    )
+    positions, q, k = _inputs(128, torch.float32)
+    a, b = (
+        fast(positions, _to_engine(q).clone(), _to_engine(k).clone()),
+        direct(positions, _to_engine(q).clone(), _to_engine(k).clone()),
+    )
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(MRopeError, match=r"positions_factor must be a positive int, got 0"):
+        family.rotary_embedding(positions_factor=0)
+    with pytest.raises(MRopeError, match=r"backend 'cuda' is not one of"):
+        family.rotary_embedding(backend="cuda")
 
 
 def test_section_rows_tables():
@@ -275,6 +398,16 @@ def test_legacy_config_json_reads_like_5x():
         ({"rotary_dim": 130}, r"rotary_dim 130 must be even and at most head_size 128"),
         ({"dtype": torch.int32}, r"dtype must be a floating"),
         ({"backend": "cuda"}, r"backend 'cuda' is not one of"),
+        ({"mrope_section": None}, r"mrope_section must be a sequence of 3 non-negative ints, got None"),
+        ({"mrope_section": (16, 24)}, r"mrope_section must be a sequence of 3 .* got \(16, 24\)"),
+        ({"mrope_section": (16.0, 24, 24)}, r"mrope_section must be a sequence of 3"),
+        ({"mrope_section": "abc"}, r"mrope_section must be a sequence of 3"),
+        ({"max_position": 10**12}, r"max_position 1000000000000 exceeds 16777216 \(2\*\*24\)"),
+        ({"max_position": 64.0}, r"max_position must be a positive int, got 64.0"),
+        ({"base": float("nan")}, r"base \(rope_theta\) must be a finite number > 1, got nan"),
+        ({"base": None}, r"base \(rope_theta\) must be a finite number > 1, got None"),
+        ({"layout": ["chunked"]}, r"layout \['chunked'\] is not one of"),
+        ({"layout": None}, r"layout None is not one of"),
     ],
 )
 def test_constructor_errors(kwargs, match):
@@ -316,7 +449,22 @@ def test_forward_errors_name_values_and_write_nothing():
             (q[:, :50], k),
             r"50 channels per token, not a multiple of head_size 48",
         ),
-        (torch.zeros(4, dtype=torch.bool), (q, k), r"positions must be integer"),
+        (torch.zeros(4, dtype=torch.bool), (q, k), r"positions must be signed integers .* got torch.bool"),
+        (
+            torch.zeros(4, dtype=torch.uint8),
+            (q, k),
+            r"got torch.uint8 \(bool and uint8 tensors index as masks",
+        ),
+        (
+            torch.full((4,), 3001.0).bfloat16(),
+            (q, k),
+            r"torch.bfloat16, which holds integers exactly only up to 256",
+        ),
+        (
+            torch.full((4,), 3001.0).half(),
+            (q, k),
+            r"torch.float16, which holds integers exactly only up to 2048",
+        ),
     ]
     for positions, (qq, kk), match in cases:
         with pytest.raises(MRopeError, match=match):

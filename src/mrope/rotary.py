@@ -24,6 +24,8 @@ transformers builds its angles, so float32 results match transformers to the las
 from __future__ import annotations
 
 import functools
+import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +36,10 @@ from ._errors import MRopeError
 
 LAYOUTS = ("chunked", "interleaved", "ernie")
 BACKENDS = ("auto", "native", "triton")
+#: The largest ``max_position``: float32 holds every integer up to ``2**24`` exactly, and the cache's
+#: angles are ``position.float() * inv_freq`` as transformers computes them, so a larger cache would
+#: repeat rows (position ``2**24 + 1`` would take the angle of ``2**24``).
+MAX_POSITION_LIMIT = 2**24
 
 
 @functools.lru_cache(maxsize=128)
@@ -100,6 +106,20 @@ def build_cos_sin_cache(max_position: int, rotary_dim: int, base: float) -> torc
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1).contiguous()
 
 
+def _check_section(mrope_section: Any) -> tuple[int, int, int]:
+    bad = MRopeError(f"mrope_section must be a sequence of 3 non-negative ints, got {mrope_section!r}")
+    if isinstance(mrope_section, (str, bytes, Mapping)):
+        raise bad
+    try:
+        items = list(mrope_section)
+        section = tuple(operator.index(s) for s in items if not isinstance(s, bool))
+    except TypeError:
+        raise bad from None
+    if len(items) != 3 or len(section) != 3 or any(s < 0 for s in section):
+        raise bad
+    return section  # type: ignore[return-value]
+
+
 def _inv_freq(rotary_dim: int, base: float) -> torch.Tensor:
     return 1.0 / (float(base) ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
 
@@ -114,7 +134,11 @@ class MRotaryEmbedding(nn.Module):
     rotary_dim : int
         Leading channels of each head that rotate; even, ``<= head_size``. The tail passes through.
     max_position : int
-        Number of positions in the cos/sin cache; positions must lie in ``[0, max_position)``.
+        Number of positions in the cos/sin cache (at most ``2**24``); integer positions must lie in
+        ``[0, max_position)``. M-RoPE positions can exceed the token count (a Qwen2.5-VL video's time
+        row grows with its duration): size the cache for the longest prompt's largest position, e.g.
+        ``4 * max_position_embeddings`` as vLLM does (``positions_factor=4`` in
+        :func:`rotary_embedding_from_config`).
     base : float
         RoPE base (``rope_theta``).
     mrope_section : sequence of 3 int
@@ -126,13 +150,19 @@ class MRotaryEmbedding(nn.Module):
         NeoX channel pairs ``(i, i + rotary_dim // 2)``; ``False`` for GPT-J pairs ``(2i, 2i + 1)``.
     dtype : torch.dtype, default torch.bfloat16
         The dtype of query and key this module rotates; the cache and the arithmetic stay float32.
+        A float cast of the module (``.to(torch.float16)``, ``.half()``) sets it and leaves the cache's
+        float32 values untouched.
     backend : {"auto", "native", "triton"}, default "auto"
         ``"auto"`` runs the fused Triton kernel for CUDA tensors with integer positions when triton is
         installed, else the native torch path. ``"triton"`` forces the kernel (CPU works under
         ``TRITON_INTERPRET=1``); floating positions always take the native path.
     check_positions : bool, default True
-        Check that positions lie in the cache (one device synchronisation on CUDA). Without the check,
-        the kernel clamps out-of-range positions instead of reading outside the cache.
+        Check that positions lie in the cache and raise :class:`MRopeError` if not (one device
+        synchronisation on CUDA). With ``False`` nothing synchronises (CUDA graphs can capture the
+        call) and out-of-range integer positions are clamped silently to ``[0, max_position - 1]``
+        on both paths, so rotated values are wrong past the cache: size ``max_position`` for the
+        largest position the prompts can reach. Floating positions are computed directly, not
+        read from the cache, so the clamp never applies to them.
 
     Attributes
     ----------
@@ -172,22 +202,32 @@ class MRotaryEmbedding(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise MRopeError(f"{name} must be a positive int, got {value!r}")
+        if max_position > MAX_POSITION_LIMIT:
+            raise MRopeError(
+                f"max_position {max_position} exceeds {MAX_POSITION_LIMIT} (2**24): float32 angles are exact "
+                f"only up to 2**24, and the cache would take {max_position * rotary_dim * 4 / 2**30:.1f} GiB"
+            )
         if rotary_dim % 2 or rotary_dim > head_size:
             raise MRopeError(f"rotary_dim {rotary_dim} must be even and at most head_size {head_size}")
-        if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 1:
-            raise MRopeError(f"base (rope_theta) must be a number > 1, got {base!r}")
-        section = tuple(mrope_section)
-        if len(section) != 3 or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in section):
-            raise MRopeError(f"mrope_section must be 3 non-negative ints, got {list(section)}")
+        if (
+            not isinstance(base, (int, float))
+            or isinstance(base, bool)
+            or not math.isfinite(base)
+            or not base > 1
+        ):
+            raise MRopeError(f"base (rope_theta) must be a finite number > 1, got {base!r}")
+        section = _check_section(mrope_section)
         if sum(section) != rotary_dim // 2:
             raise MRopeError(
                 f"mrope_section {list(section)} sums to {sum(section)}, "
                 f"expected rotary_dim // 2 = {rotary_dim // 2}"
             )
+        if not isinstance(layout, str) or layout not in LAYOUTS:
+            raise MRopeError(f"layout {layout!r} is not one of {LAYOUTS}")
         rows = section_rows(layout, section)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise MRopeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-        if backend not in BACKENDS:
+        if not isinstance(backend, str) or backend not in BACKENDS:
             raise MRopeError(f"backend {backend!r} is not one of {BACKENDS}")
         self.head_size = head_size
         self.rotary_dim = rotary_dim
@@ -209,16 +249,34 @@ class MRotaryEmbedding(nn.Module):
         return (
             f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, max_position={self.max_position}, "
             f"base={self.base}, mrope_section={list(self.mrope_section)}, layout={self.layout!r}, "
-            f"is_neox_style={self.is_neox_style}, dtype={self.dtype}, backend={self.backend!r}"
+            f"is_neox_style={self.is_neox_style}, dtype={self.dtype}, backend={self.backend!r}, "
+            f"check_positions={self.check_positions}"
         )
 
-    def _apply(self, fn, recurse=True):  # keep the cache float32 through .to(dtype) / .half()
+    def _apply(self, fn, recurse=True):
+        """Move the module as asked, but keep the float32 cache values through float casts.
+
+        ``.to(torch.bfloat16)``, ``.half()``, ``.double()`` set :attr:`dtype` (the dtype of query and
+        key) and leave ``cos_sin_cache`` and ``inv_freq`` float32 with their values unchanged (not
+        rounded through the new dtype); ``.to(device)`` moves them. ``to_empty`` rebuilds them.
+        """
+        kept = {name: getattr(self, name) for name in ("cos_sin_cache", "inv_freq")}
+        cast = _float_cast_of(fn)
         super()._apply(fn, recurse)
-        for name in ("cos_sin_cache", "inv_freq"):
-            buf = getattr(self, name)
-            if buf.dtype != torch.float32:
-                setattr(self, name, buf.float())
+        for name, before in kept.items():
+            after = getattr(self, name)
+            if before.device.type == "meta" and after.device.type != "meta":
+                before = self._exact_buffer(name)  # to_empty after a meta-device construction
+            if after is not before:
+                setattr(self, name, before.to(after.device))  # the float32 values, on the new device
+        if cast is not None:
+            self.dtype = cast
         return self
+
+    def _exact_buffer(self, name: str) -> torch.Tensor:
+        if name == "cos_sin_cache":
+            return build_cos_sin_cache(self.max_position, self.rotary_dim, self.base)
+        return _inv_freq(self.rotary_dim, self.base)
 
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
@@ -229,8 +287,9 @@ class MRotaryEmbedding(nn.Module):
         ----------
         positions : torch.Tensor
             Shape ``(3, num_tokens)`` (rows t, h, w) or ``(num_tokens,)`` for text and decode tokens
-            (all three rows equal); integer, or float32 for fractional positions (Qwen3-Omni), same
-            device as ``query``.
+            (all three rows equal); signed integer, or float32 (float64) for fractional positions
+            (Qwen3-Omni), same device as ``query``. bool, unsigned and float16/bfloat16 positions are
+            refused (masks in torch; rounded positions).
         query : torch.Tensor
             Shape ``(num_tokens, num_q_heads * head_size)`` or ``(num_tokens, num_q_heads, head_size)``,
             dtype ``self.dtype``; may be a strided view (e.g. into a fused qkv tensor).
@@ -310,6 +369,17 @@ class MRotaryEmbedding(nn.Module):
                 f"raise max_position (max_position_embeddings) or check the position ids"
             )
 
+    def _checked_or_clamped(self, positions: torch.Tensor) -> torch.Tensor:
+        """Positions for the native path: range-checked (one synchronisation on CUDA) when
+        ``check_positions``, else integer positions clamped to the cache as the kernel does, and
+        floating positions (computed directly, no cache) left alone; without the check nothing syncs."""
+        if self.check_positions:
+            self._check_range(positions)
+            return positions
+        if positions.is_floating_point():
+            return positions
+        return positions.clamp(0, self.max_position - 1)
+
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 cos and sin of every token's frequencies, rows already selected by layout.
 
@@ -334,9 +404,23 @@ class MRotaryEmbedding(nn.Module):
         if positions.is_floating_point():
             freqs = per_freq.float() * self.inv_freq.to(positions.device)
             return freqs.cos(), freqs.sin()
+        if per_freq.dtype not in (torch.int64, torch.int32):
+            per_freq = per_freq.long()  # int8/int16 cannot index
         cache = self.cos_sin_cache.to(positions.device)
         cols = torch.arange(half, device=positions.device)
         return cache[per_freq, cols], cache[per_freq, cols + half]
+
+
+def _float_cast_of(fn: Any) -> torch.dtype | None:
+    """The floating dtype ``fn`` (the function ``nn.Module._apply`` maps over tensors) casts to, if any."""
+    try:
+        to64 = fn(torch.empty(0, dtype=torch.float64)).dtype
+        to16 = fn(torch.empty(0, dtype=torch.float16)).dtype
+    except Exception:  # a function that only makes sense for real buffers: not a cast
+        return None
+    if to64 == to16 and to64.is_floating_point:
+        return to64
+    return None
 
 
 def _triton_available() -> bool:
@@ -372,11 +456,34 @@ def _check_qk(rope: MRotaryEmbedding, query: torch.Tensor, key: torch.Tensor, nu
             raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
 
 
+_SIGNED_INTS = (torch.int64, torch.int32, torch.int16, torch.int8)
+_EXACT_FLOATS = (torch.float32, torch.float64)
+
+
+def _check_position_dtype(name: str, dtype: torch.dtype) -> None:
+    """Positions are signed integers, or float32/float64 for fractional ids (Qwen3-Omni).
+
+    bool and uint8 index as masks in torch; float16/bfloat16 round positions (bf16 holds integers exactly
+    only up to 256: 3001 becomes 3008), so both are refused rather than silently misread.
+    """
+    if dtype in _SIGNED_INTS or dtype in _EXACT_FLOATS:
+        return
+    if dtype.is_floating_point:
+        exact = round(2 / torch.finfo(dtype).eps)  # 2 ** (mantissa bits + 1)
+        raise MRopeError(
+            f"{name} have dtype {dtype}, which holds integers exactly only up to {exact} and rounds larger "
+            f"positions: pass integer positions (int64/int32), or float32 for fractional ones"
+        )
+    raise MRopeError(
+        f"{name} must be signed integers (int64/int32) or float32 for fractional ids, got {dtype}"
+        + (" (bool and uint8 tensors index as masks in torch)" if dtype in (torch.bool, torch.uint8) else "")
+    )
+
+
 def _check_positions(positions: Any, query: torch.Tensor) -> torch.Tensor:
     if not isinstance(positions, torch.Tensor):
         raise MRopeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise MRopeError(f"positions must be integer (or float32 for fractional ids), got {positions.dtype}")
+    _check_position_dtype("positions", positions.dtype)
     if positions.ndim not in (1, 2) or (positions.ndim == 2 and positions.shape[0] != 3):
         raise MRopeError(
             f"positions must have shape (3, num_tokens) or (num_tokens,), got {tuple(positions.shape)}"
@@ -392,16 +499,17 @@ def _check_decode(seq_lens: Any, deltas: Any, query: torch.Tensor) -> tuple[torc
             raise MRopeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if isinstance(query, torch.Tensor) and x.device != query.device:
             raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
-    if seq_lens.ndim != 1 or seq_lens.is_floating_point() or seq_lens.dtype == torch.bool:
+    if seq_lens.ndim != 1 or seq_lens.dtype not in _SIGNED_INTS:
         raise MRopeError(
             f"seq_lens must be a 1-D integer tensor, got shape {tuple(seq_lens.shape)} {seq_lens.dtype}"
         )
     if deltas.ndim == 2 and deltas.shape[1] == 1:
         deltas = deltas[:, 0]
-    if deltas.shape != seq_lens.shape or deltas.dtype == torch.bool:
+    if deltas.shape != seq_lens.shape:
         raise MRopeError(
             f"deltas must have shape ({seq_lens.shape[0]},) like seq_lens, got {tuple(deltas.shape)}"
         )
+    _check_position_dtype("deltas", deltas.dtype)
     return seq_lens, deltas
 
 
@@ -409,7 +517,7 @@ def _rotate_native(
     rope: MRotaryEmbedding, cos_sin: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor
 ) -> list:
     """``(destination view, rotated float32 values)`` pairs for one of query/key; writes nothing."""
-    heads = x.view(x.shape[0], -1, rope.head_size) if x.ndim == 2 else x
+    heads = x.view(x.shape[0], x.shape[1] // rope.head_size, rope.head_size) if x.ndim == 2 else x
     rot = heads[..., : rope.rotary_dim]
     if rope.is_neox_style:
         half = rope.rotary_dim // 2
@@ -443,8 +551,7 @@ def apply_mrope_inplace(
             rope._check_range(positions)
         mrope_rotary_inplace(rope, positions, query, key)
         return
-    rope._check_range(positions)  # the native gather would fault on an out-of-range position
-    cos_sin = rope.cos_sin(positions)
+    cos_sin = rope.cos_sin(rope._checked_or_clamped(positions))
     writes = _rotate_native(rope, cos_sin, query) + _rotate_native(rope, cos_sin, key)
     with torch.no_grad():
         for dst, value in writes:
@@ -474,10 +581,10 @@ def apply_mrope(
     """
     positions = _check_positions(positions, query)
     _check_qk(rope, query, key, positions.shape[-1])
-    rope._check_range(positions)
-    outs, cos_sin = [], rope.cos_sin(positions)
+    outs, cos_sin = [], rope.cos_sin(rope._checked_or_clamped(positions))
     for x in (query, key):
-        heads = x.reshape(x.shape[0], -1, rope.head_size)
+        num_heads = x.shape[1] // rope.head_size if x.ndim == 2 else x.shape[1]
+        heads = x.reshape(x.shape[0], num_heads, rope.head_size)
         (_, o1), (_, o2) = _rotate_native(rope, cos_sin, heads)
         rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
         out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
@@ -505,7 +612,15 @@ _DEFAULT_SECTIONS = {  # transformers' class defaults, used when a config leaves
 
 
 def rotary_embedding_from_config(
-    text_config: Mapping[str, Any] | Any, *, layout: str, is_neox_style: bool, dtype: torch.dtype
+    text_config: Mapping[str, Any] | Any,
+    *,
+    layout: str,
+    is_neox_style: bool,
+    dtype: torch.dtype = torch.bfloat16,
+    backend: str = "auto",
+    check_positions: bool = True,
+    max_position: int | None = None,
+    positions_factor: int = 1,
 ) -> MRotaryEmbedding:
     """Build the :class:`MRotaryEmbedding` a transformers text config describes.
 
@@ -519,8 +634,18 @@ def rotary_embedding_from_config(
         ``mrope_section`` (else the family default from ``model_type``), ``partial_rotary_factor``.
     layout : {"chunked", "interleaved", "ernie"}
     is_neox_style : bool
-    dtype : torch.dtype
-        As in :class:`MRotaryEmbedding`.
+    dtype : torch.dtype, default torch.bfloat16
+    backend : {"auto", "native", "triton"}, default "auto"
+    check_positions : bool, default True
+        As in :class:`MRotaryEmbedding` (``check_positions=False`` for engines and CUDA graphs).
+    max_position : int, optional
+        The cache size; by default ``max_position_embeddings * positions_factor``.
+    positions_factor : int, default 1
+        Multiplies ``max_position_embeddings`` to size the cache. M-RoPE positions can exceed the token
+        count: a Qwen2.5-VL video's time row grows with its duration (``tokens_per_second`` positions per
+        second), so a prompt of ``max_position_embeddings`` tokens can reach past the cache. vLLM sizes
+        its M-RoPE cache ``4 * max_position_embeddings``; pass ``positions_factor=4`` to do the same
+        with ``check_positions=False``, where a position past the cache is clamped silently.
 
     Returns
     -------
@@ -554,15 +679,22 @@ def rotary_embedding_from_config(
     )
     factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     section = rope.get("mrope_section") or _DEFAULT_SECTIONS.get(cfg.get("model_type", ""))
+    if max_position is None:
+        factor_ok = isinstance(positions_factor, int) and not isinstance(positions_factor, bool)
+        if not factor_ok or positions_factor < 1:
+            raise MRopeError(f"positions_factor must be a positive int, got {positions_factor!r}")
+        max_position = need("max_position_embeddings", cfg.get("max_position_embeddings")) * positions_factor
     return MRotaryEmbedding(
         head_size,
         int(head_size * factor),
-        need("max_position_embeddings", cfg.get("max_position_embeddings")),
+        max_position,
         need("rope_theta", rope.get("rope_theta", cfg.get("rope_theta"))),
         [int(s) for s in need("mrope_section", section)],
         layout=layout,
         is_neox_style=is_neox_style,
         dtype=dtype,
+        backend=backend,
+        check_positions=check_positions,
     )
 
 

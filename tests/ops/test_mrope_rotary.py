@@ -148,10 +148,28 @@ def test_checked_positions_raise_before_launch():
 
 
 def test_empty_batch_is_a_no_op():
-    _, triton = _pair("chunked", torch.bfloat16)
+    native, triton = _pair("chunked", torch.bfloat16)
     q, k = _qk(0, 2, 1, 48, torch.bfloat16)
-    out = triton(torch.zeros(3, 0, dtype=torch.int64, device=DEVICE), q, k)
-    assert out[0].shape == (0, 96)
+    for rope in (native, triton):
+        out = rope(torch.zeros(3, 0, dtype=torch.int64, device=DEVICE), q, k)
+        assert out[0].shape == (0, 96)
+        out = rope(torch.zeros(0, dtype=torch.int64, device=DEVICE), q.view(0, 2, 48), k.view(0, 1, 48))
+        assert out[0].shape == (0, 2, 48)
+        empty = torch.zeros(0, dtype=torch.int64, device=DEVICE)
+        assert rope.forward_decode(empty, empty, q, k)[1].shape == (0, 48)
+
+
+def test_float32_positions_take_the_native_path_and_bf16_positions_are_refused():
+    native, triton = _pair("interleaved", torch.float32, check_positions=False)
+    positions = torch.tensor([[3.5, 200.25], [3.5, 17.0], [3.5, 250.75]], device=DEVICE)
+    q, k = _qk(2, 2, 1, 48, torch.float32)
+    exp = native(positions, q.clone(), k.clone())
+    out = triton(positions, q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+    with pytest.raises(MRopeError, match=r"torch.bfloat16, which holds integers exactly only up to 256"):
+        triton(positions.bfloat16(), q, k)
+    with pytest.raises(MRopeError, match=r"got torch.uint8 \(bool and uint8 tensors index as masks"):
+        triton(positions.to(torch.uint8), q, k)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="auto picks the kernel only for CUDA tensors")

@@ -356,13 +356,35 @@ class Family:
             )
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
-    def rotary_embedding(self, *, dtype: Any = None) -> Any:
-        """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch)."""
+    def rotary_embedding(
+        self,
+        *,
+        dtype: Any = None,
+        backend: str = "auto",
+        check_positions: bool = True,
+        max_position: int | None = None,
+        positions_factor: int = 1,
+    ) -> Any:
+        """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch).
+
+        ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of
+        :func:`mrope.rotary.rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA
+        graphs; ``positions_factor`` or ``max_position`` to size the cache past the token count).
+        """
+        import torch
+
         from ..rotary import rotary_embedding_from_config
 
         text_config = self.config.get("text_config") or self.config
         return rotary_embedding_from_config(
-            text_config, layout=self.rotary_layout, is_neox_style=self.rotary_is_neox_style, dtype=dtype
+            text_config,
+            layout=self.rotary_layout,
+            is_neox_style=self.rotary_is_neox_style,
+            dtype=torch.bfloat16 if dtype is None else dtype,
+            backend=backend,
+            check_positions=check_positions,
+            max_position=max_position,
+            positions_factor=positions_factor,
         )
 
     # -- checks -------------------------------------------------------------------------------------
