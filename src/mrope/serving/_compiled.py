@@ -48,7 +48,8 @@ def _render(out, col, o, q, r, t0, hw0, is_text):  # noqa: ANN001, ANN202
 def fill(out, rows, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
     """Positions of one step into ``out``; returns N, or -1 (nothing written) for bad input.
 
-    ``info``, ``keys``, ``fields``: the table's per-request info and its pool (:mod:`._pool`).
+    ``info``, ``keys``, ``fields``: the table's per-request info and its pool's two views (:mod:`._pool`:
+    rows ``FT0 ... OKEY`` of ``fields``).
     ``decode``: ``first`` holds seq_lens (index ``first - 1``, one token each), ``count`` is unused.
     ``max_position``, ``num_tokens``: -1 for none."""
     n = rows.shape[0]

@@ -1,101 +1,148 @@
 """The segment pool of :class:`mrope.serving.PositionTable`: every live request's segments, flat.
 
 Request ``row`` owns the slots ``base[row] ... base[row] + slots[row] - 1``; the last one is its decode
-tail. Per slot:
+tail. ``data`` (6, capacity) int64 holds a slot per column, in the rows of :mod:`._segments`
+(``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's ``base`` in the high 32 bits of the
+two index rows:
 
-- ``keys``: ``base << 32 | start``, the search key (free slots hold ``slot << 32``, so the keys are
-  sorted over the whole pool and one ``searchsorted`` finds the segment of every token of a step);
-- ``fields`` (5, capacity) int64: ``base << 32 | origin`` (a token's offset is its key minus this),
-  ``t0``, ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.render`);
+- ``keys`` (row ``START``): ``base << 32 | start``, the search key (free slots hold ``slot << 32``, so
+  the keys are sorted over the whole pool and one ``searchsorted`` finds the segment of every token of
+  a step; the slots from ``top`` on, never written since the pool was made or compacted, are also a
+  text segment from origin 0, all a decode tail needs but its start and base);
+- ``fields`` (rows ``T0 ... ORIGIN``, indexed by ``FT0, FHW0, FWIDTH, FIS_TEXT, OKEY``): ``t0``,
+  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.render`) and ``base << 32 | origin`` (a token's
+  offset is its key minus this);
 - ``floats`` (2, capacity) float64, float32 tables only: ``t0`` and ``hw0`` (float32 values; the
-  int64 rows are then unused).
+  int64 rows are then 0).
+
+``keys`` and ``fields`` are views of ``data``. Indices (``start``, ``origin``, the prompt length) lie
+in ``[0, 2**32)``: :meth:`Pool.put` copies a request's segments as they are and writes ``base`` into
+the high 32-bit halves of the two index rows, which is the ``base << 32 |`` of both (no addition).
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from ._segments import IS_TEXT, ORIGIN, START, T0
+from ._segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 SHIFT = 32  # key = base << 32 | index
-OKEY, FT0, FHW0, FWIDTH, FIS_TEXT = range(5)  # rows of ``fields``
+KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``data``
+#: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk cache
+#: is keyed on that module's source only: a change here must come with a change there.
+FT0, FHW0, FWIDTH, FIS_TEXT, OKEY = (r - T0 for r in (T0, HW0, WIDTH, IS_TEXT, ORIGIN))
+_HIGH = 1 if sys.byteorder == "little" else 0  # the int32 half of an int64 holding bits 32 ... 63
+_INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold base << 32 | index
 
 
 class Pool:
     """Slots of segments, with compaction (see the module docstring)."""
 
     def __init__(self, capacity: int, max_requests: int, floats: bool) -> None:
-        self.keys = np.arange(capacity, dtype=np.int64) << SHIFT
-        self.fields = np.zeros((5, capacity), dtype=np.int64)
-        self.fields[FWIDTH] = 1
-        self.floats = np.zeros((2, capacity), dtype=np.float64) if floats else None
+        self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
         self.top = 0  # first never-used slot
-        self.base = np.zeros(max_requests, dtype=np.int64)
-        self.slots = np.zeros(max_requests, dtype=np.int64)  # 0: free row
+        # per row, Python ints (an admission reads and writes one of each; compaction all)
+        self.base = [0] * max_requests
+        self.slots = [0] * max_requests  # 0: free row
 
-    @property
-    def capacity(self) -> int:
-        return self.keys.shape[0]
+    def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
+        """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
+        self.data, self.floats, self.capacity = data, floats, data.shape[1]
+        self.keys, self.fields = data[KEYS], data[FIELDS]
+        # item access (a memoryview's costs less than numpy's for one value at a time)
+        self._data_items = memoryview(data)
+        self._float_items = None if floats is None else memoryview(floats)
+        self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
-    def put(self, row: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: float) -> bool:
+    def put(
+        self, row: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
+    ) -> tuple[int, bool]:
         """Store ``row``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
         ``length`` whose offsets count from index 0 with base ``delta``: positions ``index + delta``
-        rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns whether the
-        pool was compacted (every slot may have moved)."""
+        rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns the row's
+        first slot and whether the pool was compacted (every slot may have moved)."""
         need = ints.shape[1] + 1
-        moved = self.top + need > self.capacity
+        lo = self.top
+        hi = lo + need
+        moved = hi > self.capacity
         if moved:
             self.compact(need)
-        lo, hi = self.top, self.top + need
-        key = lo << SHIFT
-        self.keys[lo : hi - 1] = ints[START] + key
-        self.keys[hi - 1] = length + key
-        fields = self.fields
-        fields[OKEY, lo : hi - 1] = ints[ORIGIN] + key
-        fields[FT0 : FIS_TEXT + 1, lo : hi - 1] = ints[T0 : IS_TEXT + 1]
-        base = 0 if self.floats is not None else delta
-        fields[:, hi - 1] = (key, base, base, 1, 1)
-        if self.floats is not None:
-            self.floats[:, lo : hi - 1] = floats
-            self.floats[:, hi - 1] = delta
+            lo = self.top
+            hi = lo + need
+        last = hi - 1
+        self.data[:, lo:last] = ints
+        # the decode tail: a slot from ``top`` on is still a free slot of :func:`_fresh`, a text
+        # segment from origin 0 with t0 = hw0 = 0; its start and (int64 tables) t0 and hw0 remain,
+        # written one value at a time
+        tail = self._data_items
+        tail[START, last] = length
+        if floats is None:
+            tail[T0, last] = tail[HW0, last] = delta
+        else:
+            self.floats[:, lo:last] = floats
+            self._float_items[0, last] = self._float_items[1, last] = delta
+        self._base_bits[:, lo:hi] = lo  # after the tail's start
         self.top = hi
-        self.base[row], self.slots[row] = lo, need
-        return moved
+        self.base[row] = lo
+        self.slots[row] = need
+        return lo, moved
 
     def free(self, row: int) -> tuple[int, int]:
         """Release ``row``'s slots (their keys become free keys); returns the slot range."""
-        lo, hi = int(self.base[row]), int(self.base[row] + self.slots[row])
+        lo = self.base[row]
+        hi = lo + self.slots[row]
         self.keys[lo:hi] = np.arange(lo, hi, dtype=np.int64) << SHIFT
         self.slots[row] = 0
         return lo, hi
 
     def compact(self, need: int) -> None:
         """Move the live requests' slots to the front (growing the pool if ``need`` still does not fit)."""
-        live = np.flatnonzero(self.slots)
-        live = live[np.argsort(self.base[live])]
-        count = self.slots[live]
+        live, base = self.live()
+        order = np.argsort(base)
+        live, base = live[order], base[order]
+        count = np.array(self.slots)[live]
         used = int(count.sum())
         capacity = self.capacity
         if used + need > capacity:
             capacity = max(2 * capacity, used + need)
         new_base = np.cumsum(count) - count
-        shift = np.repeat(self.base[live] - new_base, count)
+        shift = np.repeat(base - new_base, count)
         src = shift + np.arange(used)
-        keys = np.arange(capacity, dtype=np.int64) << SHIFT
-        keys[:used] = self.keys[src] - (shift << SHIFT)
-        fields = np.zeros((5, capacity), dtype=np.int64)
-        fields[FWIDTH] = 1
-        fields[:, :used] = self.fields[:, src]
-        fields[OKEY, :used] -= shift << SHIFT
+        data = _fresh(capacity, used)
+        data[:, :used] = self.data[:, src]
+        data[_INDEX_ROWS, :used] -= shift << SHIFT
+        floats = None
         if self.floats is not None:
             floats = np.zeros((2, capacity), dtype=np.float64)
             floats[:, :used] = self.floats[:, src]
-            self.floats = floats
-        self.keys, self.fields = keys, fields
-        self.base[live] = new_base
+        self._use(data, floats)
+        bases = np.array(self.base, dtype=np.int64)
+        bases[live] = new_base
+        self.base = bases.tolist()
         self.top = used
+
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows and their first slots (int64 arrays)."""
+        live = np.flatnonzero(self.slots)
+        return live, np.array(self.base, dtype=np.int64)[live]
+
+    def num_live(self) -> int:
+        return len(self.slots) - self.slots.count(0)
 
     def nbytes(self, row: int) -> int:
         """Bytes of ``row``'s slots."""
-        per_slot = 8 * (6 + (0 if self.floats is None else 2))
-        return int(self.slots[row]) * per_slot
+        per_slot = self.data.itemsize * self.data.shape[0]
+        if self.floats is not None:
+            per_slot += self.floats.itemsize * self.floats.shape[0]
+        return self.slots[row] * per_slot
+
+
+def _fresh(capacity: int, used: int) -> np.ndarray:
+    """A (6, capacity) slot array whose slots from ``used`` on are free: key ``slot << 32``, and a
+    text segment from origin 0 with t0 = hw0 = 0 (what :meth:`Pool.put` leaves of a decode tail)."""
+    data = np.zeros((ORIGIN + 1, capacity), dtype=np.int64)
+    data[START, used:] = np.arange(used, capacity, dtype=np.int64) << SHIFT
+    data[WIDTH : IS_TEXT + 1, used:] = 1
+    return data

@@ -2,8 +2,9 @@
 
 Both return ``(ints, floats)``: ``ints`` a (6, S) int64 array of rows ``start, t0, hw0, width,
 is_text, origin`` (:mod:`mrope.core.render`; ``origin = start`` where the table has no origin row),
-sorted by start, without empty segments, covering ``0 .. L-1``; ``floats`` None for an int64 table, or
-for a float32 table a (2, S) float64 array of ``t0, hw0`` (float32 values; ``ints`` then holds 0 there).
+sorted by start, without empty segments, covering ``0 .. L-1`` (possibly the segment table's own
+array: read it only); ``floats`` None for an int64 table, or for a float32 table a (2, S) float64
+array of ``t0, hw0`` (float32 values; ``ints`` then holds 0 there).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
     """The segments of ``table`` that hold at least one token, for an int64 or float32 (``floats``)
     table. A float table (Qwen3-Omni) goes to a float32 table only: the caller checks."""
     data = table.data
-    data = data[:, np.diff(data[0], append=table.length) > 0]
-    ints = np.empty((6, data.shape[1]), dtype=np.int64)
-    ints[:5] = data[:5]  # float tables hold integers in every row but t0 and hw0
+    if not table.compact:
+        data = data[:, np.diff(data[START], append=table.length) > 0]
+    if not floats and data.shape[0] > ORIGIN and data.dtype == np.int64:
+        return data, None  # the pool copies it
+    ints = np.empty((ORIGIN + 1, data.shape[1]), dtype=np.int64)
+    ints[:ORIGIN] = data[:ORIGIN]  # float tables hold integers in every row but t0 and hw0
     ints[ORIGIN] = data[ORIGIN] if data.shape[0] > ORIGIN else data[START]
     if not floats:
         return ints, None

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .._errors import MRopeError
-from ._pool import FIS_TEXT, FWIDTH, OKEY
+from ._pool import FHW0, FIELDS, FIS_TEXT, FT0, FWIDTH, KEYS, OKEY
 from .table import _DEAD, _DELTA, _KEY, _PLEN, PositionTable
 
 _DTYPE = torch.int64  # indices, keys, integer fields
@@ -45,7 +45,7 @@ class DeviceTable:
         self.table = table
         self.max_requests = table.max_requests
         self.out_dtype = _OUT_DTYPES[table.dtype]
-        self.keys = self.fields = self.floats = None
+        self.data = self.keys = self.fields = self.floats = None  # the pool's, as in mrope.serving._pool
         self._copy_pool()
         self.info = torch.from_numpy(table._info).to(self.device)  # (3, max_requests + 2)
         self.delta = None if table._delta is None else torch.from_numpy(table._delta).to(self.device)
@@ -61,8 +61,7 @@ class DeviceTable:
     def sync(self, lo: int, hi: int, column: int) -> None:
         """Copy pool slots ``lo:hi`` and one info column from the host table."""
         pool = self.table._pool
-        self.keys[lo:hi].copy_(torch.from_numpy(pool.keys[lo:hi]))
-        self.fields[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.fields[:, lo:hi])))
+        self.data[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.data[:, lo:hi])))
         if self.floats is not None:
             self.floats[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.floats[:, lo:hi])))
             self.delta[column].copy_(torch.from_numpy(self.table._delta[column : column + 1])[0])
@@ -78,7 +77,7 @@ class DeviceTable:
 
     def _copy_pool(self) -> None:
         pool = self.table._pool
-        for name in ("keys", "fields", "floats"):
+        for name in ("data", "floats"):
             host, mine = getattr(pool, name), getattr(self, name)
             if host is None:
                 continue
@@ -86,6 +85,8 @@ class DeviceTable:
                 mine.copy_(torch.from_numpy(host))
             else:
                 setattr(self, name, torch.from_numpy(host).to(self.device))
+        # the views the step reads (the host pool's ``keys`` and ``fields``)
+        self.keys, self.fields = self.data[KEYS], self.data[FIELDS]
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a step since the last check had bad input (synchronizes)."""
@@ -149,7 +150,7 @@ class DeviceTable:
         rem = offset - quot * width
         offset *= fields[FIS_TEXT]
         if self.floats is None:
-            t0, hw0 = fields[1], fields[2]
+            t0, hw0 = fields[FT0], fields[FHW0]
         else:  # float64 (float32 values)
             t0, hw0 = self.floats.index_select(1, seg)
         pos = torch.stack((t0 + offset, hw0 + quot, hw0 + rem + offset))

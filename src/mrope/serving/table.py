@@ -34,6 +34,11 @@ from ._checks import MAX_INDEX as _MAX_INDEX
 from ._checks import PLEN as _PLEN
 from ._checks import as_index, check_out, table_dtype, validate
 from ._float import fill_float
+from ._pool import FHW0 as _FHW0
+from ._pool import FIS_TEXT as _FIS_TEXT
+from ._pool import FT0 as _FT0
+from ._pool import FWIDTH as _FWIDTH
+from ._pool import OKEY as _OKEY
 from ._pool import SHIFT as _SHIFT
 from ._pool import Pool
 from ._segments import from_positions, nonempty, positions_input
@@ -138,6 +143,7 @@ class PositionTable:
         # rows _PLEN, _DELTA, _KEY; request ``row`` in column ``row + 1``, free rows at both ends
         self._info = np.zeros((3, self.max_requests + 2), dtype=np.int64)
         self._info[_PLEN] = _DEAD
+        self._info_items = memoryview(self._info)  # one value at a time: cheaper than numpy's indexing
         # float32 tables: the deltas (float32 values), per info column; _info[_DELTA] is then 0
         self._delta = np.zeros(self.max_requests + 2, dtype=np.float64) if floats else None
         self._flags = np.empty(0, dtype=bool)
@@ -158,7 +164,7 @@ class PositionTable:
 
     @property
     def num_requests(self) -> int:
-        return int(np.count_nonzero(self._pool.slots))
+        return self._pool.num_live()
 
     def prompt_length(self, row: int) -> int:
         return int(self._info[_PLEN, self._live_row(row) + 1])
@@ -215,7 +221,7 @@ class PositionTable:
             positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
             The table is unchanged.
         """
-        self._free_row(row)
+        row = self._free_row(row)
         table, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
@@ -254,7 +260,7 @@ class PositionTable:
         delta : int (float32 tables: int or float, taken as float32), the offset of positions past the
             prompt (``index + delta``).
         """
-        self._free_row(row)
+        row = self._free_row(row)
         floats = self._delta is not None
         pos, delta = positions_input(positions, delta, floats=floats)
         ints, fields = from_positions(pos, row=row, floats=floats)
@@ -348,22 +354,28 @@ class PositionTable:
         self._device.check_device(device)
         return self._device
 
-    def _live_row(self, row: Any) -> int:
-        if not isinstance(row, (int, np.integer)) or isinstance(row, bool):
-            raise MRopeError(f"row must be an int, got {row!r}")
+    def _row(self, row: Any) -> int:
+        """``row`` as an int in ``[0, max_requests)``."""
+        if type(row) is not int:
+            if not isinstance(row, (int, np.integer)) or isinstance(row, bool):
+                raise MRopeError(f"row must be an int, got {row!r}")
+            row = int(row)
         if not 0 <= row < self.max_requests:
             raise MRopeError(f"row {row} is out of range [0, {self.max_requests})")
-        if self._pool.slots[row] == 0:
-            raise MRopeError(f"row {row} holds no request (never added, or removed)")
-        return int(row)
+        return row
 
-    def _free_row(self, row: Any) -> None:
-        if not isinstance(row, (int, np.integer)) or isinstance(row, bool):
-            raise MRopeError(f"row must be an int, got {row!r}")
-        if not 0 <= row < self.max_requests:
-            raise MRopeError(f"row {row} is out of range [0, {self.max_requests})")
+    def _live_row(self, row: Any) -> int:
+        row = self._row(row)
+        if not self._pool.slots[row]:
+            raise MRopeError(f"row {row} holds no request (never added, or removed)")
+        return row
+
+    def _free_row(self, row: Any) -> int:
+        if type(row) is not int or not 0 <= row < self.max_requests:
+            row = self._row(row)
         if self._pool.slots[row]:
             raise MRopeError(f"row {row} already holds a request: remove() it before adding another")
+        return row
 
     def _insert(
         self, row: int, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
@@ -379,24 +391,22 @@ class PositionTable:
                 f"{self.max_position} (check second_per_grid_ts and the grids)"
             )
         pool = self._pool
-        moved = pool.put(row, ints, floats, length, delta)
-        lo = int(pool.base[row])
+        lo, moved = pool.put(row, ints, floats, length, delta)
         if moved:  # the live rows' keys moved with their slots
-            live = np.flatnonzero(pool.slots)
-            self._info[_KEY, live + 1] = pool.base[live] << _SHIFT
-        info, column = self._info, row + 1
+            live, base = pool.live()
+            self._info[_KEY, live + 1] = base << _SHIFT
+        info, column = self._info_items, row + 1
         info[_PLEN, column] = length
         info[_KEY, column] = lo << _SHIFT
         if self._delta is None:
             info[_DELTA, column] = delta
-        else:
-            info[_DELTA, column] = 0
-            self._delta[row + 1] = delta
+        else:  # a float32 table's info delta stays 0
+            self._delta[column] = delta
         if self._device is not None:
             if moved:
                 self._device.sync_all()
             else:
-                self._device.sync(lo, pool.top, row + 1)
+                self._device.sync(lo, pool.top, column)
 
     def _compiled(
         self, out: np.ndarray, rows: Any, first: Any, count: Any, decode: bool, num_tokens: Any
@@ -545,7 +555,8 @@ class PositionTable:
         seg = pool.keys[1 : pool.top].searchsorted(key, side="right")
         fields = self._scratch_tokens(num)
         pool.fields.take(seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
-        origin, t0, hw0, width, is_text = fields
+        origin, t0, hw0 = fields[_OKEY], fields[_FT0], fields[_FHW0]
+        width, is_text = fields[_FWIDTH], fields[_FIS_TEXT]
         offset = np.subtract(key, origin, out=key)
         np.divmod(offset, width, out=(origin, width))
         offset *= is_text
