@@ -1,6 +1,8 @@
 """Bad input raises ``mrope.MRopeError`` (a ValueError) naming the item and what is wrong: never an
 IndexError from deep inside, never silently wrong positions (issue 2, item 9)."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 import mrope
 from _peers import peer_setup, require
 from mrope import MRopeError
+from mrope.core.place import MAX_POSITION
 from strategies import Image, Video, build_prompt, prompts, text
 
 
@@ -256,7 +259,15 @@ def test_torch_float_ids_are_refused(qwen25):
         (np.ones((2, 3), dtype=np.int64), r"attention_mask has shape \(2, 3\), input_ids has \(2, 4\)"),
         (np.ones((2, 4, 1), dtype=np.int64), r"attention_mask has shape \(2, 4, 1\), input_ids has \(2, 4\)"),
         (np.ones(8, dtype=np.int64), r"attention_mask has shape \(8,\), input_ids has \(2, 4\)"),
-        (np.ones((2, 4)), r"attention_mask must hold 0/1 integers or bools, got dtype float64"),
+        (np.full((2, 4), 0.5), r"attention_mask\[0, 0\] = 0.5: a float mask must hold 0.0 or 1.0"),
+        (
+            np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, np.nan, 1.0]]),
+            r"attention_mask\[1, 2\] = nan: a float mask must hold 0.0 or 1.0",
+        ),
+        (
+            np.ones((2, 4), dtype=np.complex64),
+            r"attention_mask must hold 0/1 numbers or bools, got dtype complex64",
+        ),
     ],
 )
 def test_bad_attention_mask(qwen25, mask, match):
@@ -277,7 +288,9 @@ def test_padding_is_never_read_as_placeholders(qwen25):
 def test_empty_batch(qwen25):
     positions, deltas = mrope.get_rope_index(qwen25, np.zeros((0, 4), dtype=np.int64))
     assert positions.shape == (3, 0, 4) and deltas.shape == (0, 1), (positions.shape, deltas.shape)
-    with pytest.raises(MRopeError, match=r"image 0 .* needs 4 placeholder tokens, found 0"):
+    with pytest.raises(
+        MRopeError, match=r"image_grid_thw\[0\] = \(1, 4, 4\) needs 4 placeholder tokens: more than the 0"
+    ):
         mrope.get_rope_index(qwen25, np.zeros((0, 4), dtype=np.int64), image_grid_thw=[[1, 4, 4]])
 
 
@@ -286,3 +299,300 @@ def test_unknown_model_type_and_compat(qwen25):
         mrope.from_config({"model_type": "llama"})
     with pytest.raises(MRopeError, match=r"compat must be one of \('vllm', 'transformers'\), got 'sglang'"):
         mrope.get_rope_index(qwen25, np.ones((1, 2), dtype=np.int64), compat="sglang")
+
+
+# -- sizes: grid counts past int64, the grids' total against the prompt -------------------------------
+# T * H' * W' = 2**64 + 2, which int64 wraps to 2: the two placeholders of [1, i, i, 2]
+WRAPPING_GRID = [1, 2 * 239_075_442, 2 * 77_158_673_929]
+
+
+@pytest.mark.parametrize("call", ["positions", "segments", "offsets", "batch"])
+@pytest.mark.parametrize(
+    ("grid", "tokens"),
+    [
+        (WRAPPING_GRID, 2**64 + 2),
+        ([8388608, 8388608, 8388608], 2**23 * 2**44),  # was an IndexError
+        ([1, 2**33, 2**33], 2**64),  # wraps to 0
+    ],
+)
+def test_a_grid_count_past_int64_is_refused_not_wrapped(qwen25, call, grid, tokens):
+    i = qwen25.image_token_id
+    ids = [1, i, i, 2]
+    t, h, w = grid
+    match = rf"image_grid_thw\[0\] = \({t}, {h}, {w}\) needs {tokens} placeholder tokens: more than the"
+    with pytest.raises(MRopeError, match=match):
+        if call == "batch":  # two rows: the vectorized pipeline
+            mrope.get_rope_index(qwen25, np.array([ids, ids]), image_grid_thw=[grid, grid])
+        elif call == "offsets":
+            qwen25.positions(ids, image_grid_thw=[grid], image_offsets=[1], video_offsets=[])
+        else:
+            getattr(qwen25, call)(ids, image_grid_thw=[grid])
+
+
+@pytest.mark.parametrize("count", [3, 40])  # a few grids (a Python pass) and many (numpy)
+def test_the_grids_total_is_checked_against_the_prompt(qwen25, count):
+    i = qwen25.image_token_id
+    length = 4 * count - 1  # every image but the last fits
+    ids = [1] * (length - 4 * (count - 1)) + [i] * (4 * (count - 1))
+    with pytest.raises(
+        MRopeError,
+        match=rf"image_grid_thw\[{count - 1}\] = \(1, 4, 4\) needs 4 placeholder tokens, {4 * count} with "
+        rf"the items before it: more than the {length} tokens of input_ids",
+    ):
+        qwen25.positions(ids, image_grid_thw=[[1, 4, 4]] * count)
+    # images fit, the video does not: images are counted first
+    with pytest.raises(
+        MRopeError,
+        match=rf"video_grid_thw\[0\] = \(2, 2, 2\) needs 2 placeholder tokens, {4 * (count - 1) + 2} with "
+        rf"the items before it: more than the {length - 2} tokens",
+    ):
+        qwen25.positions(ids[2:], image_grid_thw=[[1, 4, 4]] * (count - 1), video_grid_thw=[[2, 2, 2]])
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_video_of_too_many_frames_is_refused_before_its_frames_are_built(name, batch):
+    # these families split a video into frames: 10**7 frames took 880 MB and 1.5 s before the refusal
+    f = family(name)
+    match = (
+        r"video_grid_thw\[0\] = \(10000000, 4, 4\) needs 40000000 placeholder tokens: more than the 2 tokens"
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(MRopeError) as refused:
+            if batch:
+                mrope.get_rope_index(f, np.array([[1, 2]]), video_grid_thw=[[10**7, 4, 4]])
+            else:
+                f.positions([1, 2], video_grid_thw=[[10**7, 4, 4]])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated before the refusal"
+    refused.match(match)
+
+
+# -- settings ------------------------------------------------------------------------------------------
+def _config(model_type: str):
+    require("torch", "transformers")
+    from mrope.peers import transformers_config, transformers_omni_config
+
+    if "omni" in model_type:
+        return transformers_omni_config(model_type)
+    return transformers_config(model_type)
+
+
+RATE = r"must be a finite number > 0 and at most 2147483647, got "
+SIZE = r"must be a positive int, got "
+ID = r"must be an int >= 0 \(a token id\), got "
+
+
+@pytest.mark.parametrize(
+    ("model_type", "name", "value", "match"),
+    [
+        ("qwen2_5_vl", "tokens_per_second", float("nan"), RATE + "nan"),
+        ("qwen2_5_vl", "tokens_per_second", -2, RATE + "-2"),
+        ("qwen2_5_vl", "tokens_per_second", 0, RATE + "0"),
+        ("qwen2_5_vl", "tokens_per_second", "2", RATE + "'2'"),
+        ("qwen2_5_vl", "tokens_per_second", float("inf"), RATE + "inf"),
+        ("qwen2_5_vl", "tokens_per_second", True, RATE + "True"),
+        ("qwen2_5_vl", "tokens_per_second", 2**31, RATE + "2147483648"),
+        ("qwen2_5_vl", "spatial_merge_size", 0, SIZE + "0"),
+        ("qwen2_5_vl", "spatial_merge_size", 2.0, SIZE + "2.0"),
+        ("qwen2_5_vl", "image_token_id", -1, ID + "-1"),
+        ("qwen2_5_vl", "video_token_id", "1", ID + "'1'"),
+        ("ernie4_5_vl_moe", "temporal_merge_size", 0, SIZE + "0"),
+        ("ernie4_5_vl_moe", "temporal_merge_size", -2, SIZE + "-2"),
+        ("qwen2_5_omni", "position_id_per_seconds", float("nan"), RATE + "nan"),
+        ("qwen3_omni_moe", "position_id_per_seconds", -25, RATE + "-25"),
+        ("qwen2_5_omni", "seconds_per_chunk", float("nan"), RATE + "nan"),
+        ("qwen3_omni_moe", "n_window", 0, SIZE + "0"),
+        ("glm4v", "video_start_token_id", 1.5, ID + "1.5"),
+    ],
+)
+def test_bad_settings_are_refused(model_type, name, value, match):
+    config = _config(model_type)
+    match = rf"{model_type}(_thinker)?: {name} {match}$"
+    with pytest.raises(MRopeError, match=match):
+        mrope.from_config(config, **{name: value})
+    good = mrope.from_config(config)
+    settings = {k: getattr(good, k) for k in good.settings}
+    with pytest.raises(MRopeError, match=match):  # the constructor checks them too
+        type(good)(good.model_type, **{**settings, name: value})
+    dict_config = config.to_dict()
+    dict_config = dict_config.get("thinker_config", dict_config)
+    if name in dict_config:  # read from the config itself
+        with pytest.raises(MRopeError, match=match):
+            mrope.from_config({**dict_config, name: value})
+
+
+# -- time: each video's last frame, and the prompt's largest position ---------------------------------
+VS, VE, VID = 151652, 151653, 151656  # the Omni thinkers' vision markers and video token
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_omni_second_per_grid_ts_past_the_largest_position(model_type):
+    # was: INT64_MIN positions (Qwen2.5-Omni), a delta of 2.5e31 (Qwen3-Omni); Qwen2.5-VL refused it
+    f = mrope.from_config(_config(model_type))
+    ids = [1, VS, VID, VID, VE, 2]  # a video of grid (2, 2, 2): two frames of one token
+    kw = {"video_grid_thw": [[2, 2, 2]]}
+    with pytest.raises(MRopeError, match=r"second_per_grid_ts\[0\] = 1e\+30: must be at most 2147483647"):
+        f.positions(ids, second_per_grid_ts=[1e30], **kw)
+    with pytest.raises(
+        MRopeError,
+        match=r"second_per_grid_ts\[0\] = 1e\+09: video 0's last frame \(T = 2\) would get time index "
+        r"2.5e\+10, past the largest position 2147483647",
+    ):
+        mrope.get_rope_index(f, np.array([ids]), second_per_grid_ts=[1e9], **kw)
+    positions, delta = f.positions(ids, second_per_grid_ts=[2.0], **kw)
+    assert positions[0].tolist() == [0, 1, 2, 52, 53, 54] and delta == 54 + 1 - 6
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
+def test_omni_videos_each_in_bounds_may_not_pass_the_largest_position_together(model_type):
+    f = mrope.from_config(_config(model_type))
+    video = [VS, VID, VID, VE, 2]  # grid (2, 2, 2): two frames of one token
+    seconds = 2**30 / f.position_id_per_seconds  # the last frame's time index: about 2**30
+    one, _ = f.positions([1, *video], video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[seconds])
+    assert abs(float(one.max()) - 2**30) <= 256  # float32 (Qwen3-Omni) holds multiples of 128 there
+    with pytest.raises(MRopeError, match=r"the prompt's largest position would be 2\d{9}, past"):
+        f.positions([1, *video, *video], video_grid_thw=[[2, 2, 2]] * 2, second_per_grid_ts=[seconds] * 2)
+    with pytest.raises(MRopeError, match=r"row 1's largest position would be 2\d{9}, past"):
+        mrope.get_rope_index(
+            f,
+            np.array([[1, *video, 0, 0, 0, 0, 0], [1, *video, *video]]),
+            attention_mask=np.array([[1] * 6 + [0] * 5, [1] * 11]),
+            video_grid_thw=[[2, 2, 2]] * 3,
+            second_per_grid_ts=[seconds] * 3,
+        )
+
+
+def test_a_last_frame_that_float32_rounds_past_the_largest_position(qwen25):
+    # (T - 1) * second_per_grid_ts * tokens_per_second = 2**31 - 2, which float32 rounds to 2**31
+    p = build_prompt(qwen25, [Video(2, 1, 1)], markers=False)
+    with pytest.raises(MRopeError, match=r"the prompt's largest position would be 2147483648, past"):
+        qwen25.positions(p.input_ids, video_grid_thw=p.video_grid_thw, second_per_grid_ts=[2**30 - 1])
+    positions, _ = qwen25.positions(p.input_ids, video_grid_thw=p.video_grid_thw, second_per_grid_ts=[2**29])
+    assert positions[0].tolist() == [0, 2**30]
+
+
+LONG = 2**29  # seconds per grid step: a video of two frames reaches time index 2**30 (tokens_per_second 2)
+
+
+@pytest.mark.parametrize("call", ["positions", "segments", "offsets", "many blocks", "batch"])
+def test_many_videos_each_in_bounds_may_not_pass_the_largest_position_together(qwen25, call):
+    images = 9 if call == "many blocks" else 0  # past FEW_BLOCKS: the vectorized pipeline
+    video = [text(1), Video(2, 1, 1)]
+    one = build_prompt(qwen25, [Image(1, 1)] * images + video + [text(1)])
+    two = build_prompt(qwen25, [Image(1, 1)] * images + video + video + [text(1)])
+    kw, kw_one = two.kwargs(), one.kwargs()
+    kw["second_per_grid_ts"], kw_one["second_per_grid_ts"] = [LONG, LONG], [LONG]
+    if call == "offsets":
+        for p, k in ((two, kw), (one, kw_one)):
+            k["image_offsets"] = [j for j, t in enumerate(p.input_ids) if t == qwen25.image_token_id]
+            k["video_offsets"] = [j for j, t in enumerate(p.input_ids) if t == qwen25.video_token_id][::2]
+    # each image [vision_start, pad, vision_end] takes 3 positions; a video's base is 2 past the text
+    # before it, its last frame 2**30 past its base, then vision_end and one text token
+    base = 3 * images + 2
+    last_one = base + 2**30 + 2
+    last_two = last_one + 2 + 2**30 + 2
+    assert last_one < MAX_POSITION < last_two
+    where = "row 1" if call == "batch" else "the prompt"
+    match = rf"{where}'s largest position would be {last_two}, past the largest position mrope hands out"
+    with pytest.raises(MRopeError, match=match):
+        if call == "batch":  # a row of one video (left-padded), then the row of two: the vectorized pipeline
+            pad = len(two.input_ids) - len(one.input_ids)
+            both = {k: kw_one[k] + kw[k] for k in kw if kw[k] is not None}
+            ids = np.array([[0] * pad + one.input_ids, two.input_ids])
+            mask = np.array([[0] * pad + [1] * len(one.input_ids), [1] * len(two.input_ids)])
+            mrope.get_rope_index(qwen25, ids, attention_mask=mask, **both)
+        else:
+            getattr(qwen25, "segments" if call == "segments" else "positions")(two.input_ids, **kw)
+    # one such video is within bounds: its positions are exact
+    positions, delta = qwen25.positions(one.input_ids, **kw_one)
+    assert positions[0, -5:].tolist() == [base - 1, base, base + 2**30, last_one - 1, last_one]
+    assert delta == last_one + 1 - len(one.input_ids)
+
+
+# -- torch tensors: half precision, the meta device; float masks -----------------------------------------
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+@pytest.mark.parametrize("seconds", [1.5, 0.3, 2.7])
+def test_half_precision_second_per_grid_ts_is_read_exactly(qwen25, dtype, seconds):
+    torch = pytest.importorskip("torch")
+    p = build_prompt(qwen25, [text(1), Video(6, 1, 2), text(1), Video(3, 1, 1), text(1)])
+    tensor = torch.tensor([seconds, 1.0], dtype=getattr(torch, dtype))
+    held = tensor.double().tolist()  # the values the tensor holds (0.3 in bfloat16: 0.30078125)
+    kw = {"video_grid_thw": p.video_grid_thw}
+    expected, expected_delta = qwen25.positions(p.input_ids, second_per_grid_ts=np.array(held), **kw)
+    positions, delta = qwen25.positions(p.input_ids, second_per_grid_ts=tensor, **kw)
+    np.testing.assert_array_equal(positions, expected)
+    assert delta == expected_delta
+    batch, deltas = mrope.get_rope_index(qwen25, torch.tensor([p.input_ids]), second_per_grid_ts=tensor, **kw)
+    np.testing.assert_array_equal(batch[:, 0].numpy(), expected)
+    assert deltas.tolist() == [[expected_delta]]
+
+
+MASKS = [
+    "bool",
+    "int64",
+    "float64",
+    "float32",
+    "torch.bfloat16",
+    "torch.float16",
+    "torch.float32",
+    "torch.int32",
+]
+
+
+@pytest.mark.parametrize("kind", MASKS)
+def test_masks_of_any_number_type(qwen25, kind):
+    # transformers reads any mask as mask.bool(): float 0.0 / 1.0 masks included
+    p = build_prompt(qwen25, [text(2), Image(1, 2), text(1)])
+    q = build_prompt(qwen25, [text(1), Image(2, 2), text(2)])
+    width = max(len(p.input_ids), len(q.input_ids)) + 1
+    ids = np.zeros((2, width), dtype=np.int64)
+    mask = np.zeros((2, width), dtype=bool)
+    ids[0, -len(p.input_ids) :], mask[0, -len(p.input_ids) :] = p.input_ids, True  # left padding
+    ids[1, : len(q.input_ids)], mask[1, : len(q.input_ids)] = q.input_ids, True  # right padding
+    grids = {"image_grid_thw": p.image_grid_thw + q.image_grid_thw}
+    expected, expected_deltas = mrope.get_rope_index(qwen25, ids, attention_mask=mask, **grids)
+    if kind.startswith("torch."):
+        torch = pytest.importorskip("torch")
+        given_mask, given_ids = torch.tensor(mask).to(getattr(torch, kind[6:])), torch.tensor(ids)
+    else:
+        given_mask, given_ids = mask.astype(kind), ids
+    positions, deltas = mrope.get_rope_index(qwen25, given_ids, attention_mask=given_mask, **grids)
+    np.testing.assert_array_equal(np.asarray(positions), expected)
+    np.testing.assert_array_equal(np.asarray(deltas), expected_deltas)
+    assert expected[:, 0, 0].tolist() == [0, 0, 0] and expected[0, 1, -1] == 0  # padding gets 0
+
+
+@pytest.mark.parametrize("argument", ["input_ids", "image_grid_thw", "second_per_grid_ts", "attention_mask"])
+def test_meta_tensors_are_refused(qwen25, argument):
+    torch = pytest.importorskip("torch")
+    p = build_prompt(qwen25, [text(1), Image(1, 1), Video(2, 1, 1), text(1)])
+    kw = {
+        "input_ids": torch.tensor([p.input_ids]),
+        "image_grid_thw": torch.tensor(p.image_grid_thw),
+        "video_grid_thw": torch.tensor(p.video_grid_thw),
+        "second_per_grid_ts": torch.tensor([1.0]),
+        "attention_mask": torch.ones(1, len(p.input_ids), dtype=torch.int64),
+    }
+    kw[argument] = kw[argument].to("meta")
+    match = rf"{argument} is a tensor on the meta device, which holds no values"
+    with pytest.raises(MRopeError, match=match):
+        mrope.get_rope_index(qwen25, **kw)
+    if argument != "attention_mask":
+        kw.pop("attention_mask")
+        kw["input_ids"] = kw["input_ids"][0]
+        with pytest.raises(MRopeError, match=match):
+            qwen25.positions(**kw)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_tensors_of_a_dtype_numpy_lacks_and_mrope_cannot_read(qwen25):
+    torch = pytest.importorskip("torch")
+    mask = torch.ones(1, 2, dtype=torch.complex32)
+    with pytest.raises(
+        MRopeError, match=r"attention_mask has dtype torch.complex32, which mrope cannot read"
+    ):
+        mrope.get_rope_index(qwen25, torch.ones(1, 2, dtype=torch.int64), attention_mask=mask)

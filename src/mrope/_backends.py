@@ -24,13 +24,27 @@ def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
     if is_torch_tensor(x):
         try:
             x = x.numpy()  # the common case: a CPU tensor without grad, viewed without a copy
-        except (RuntimeError, TypeError):
-            x = x.detach().cpu().numpy()
+        except (RuntimeError, TypeError, NotImplementedError):
+            x = _torch_values(x, name)
     try:
         arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
     except (TypeError, ValueError) as err:
         raise MRopeError(f"{name} could not be read as an array: {err}") from None
     return arr
+
+
+def _torch_values(x: Any, name: str) -> np.ndarray:
+    """The values of a tensor that ``numpy()`` cannot view: on a device, with grad, or of a dtype numpy
+    lacks (bfloat16, float8: converted to float32, which holds each of their values exactly)."""
+    if x.device.type == "meta":
+        raise MRopeError(f"{name} is a tensor on the meta device, which holds no values")
+    x = x.detach().cpu()
+    try:
+        return x.numpy()
+    except TypeError:
+        if not x.is_floating_point():
+            raise MRopeError(f"{name} has dtype {x.dtype}, which mrope cannot read") from None
+        return x.float().numpy()
 
 
 def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:

@@ -126,6 +126,15 @@ def _check_mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:
     mask = to_numpy(attention_mask, name="attention_mask")
     if mask.shape != shape:
         raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {tuple(shape)}")
+    if mask.dtype.kind == "f":  # a float mask (transformers reads it as mask.bool()): 0.0 and 1.0 only
+        nonzero = mask != 0
+        bad = np.flatnonzero(nonzero & (mask != 1))
+        if bad.size:
+            where = np.unravel_index(int(bad[0]), shape)
+            raise MRopeError(
+                f"attention_mask{list(map(int, where))} = {mask[where]}: a float mask must hold 0.0 or 1.0"
+            )
+        return nonzero
     if mask.dtype.kind not in "biu":
-        raise MRopeError(f"attention_mask must hold 0/1 integers or bools, got dtype {mask.dtype}")
+        raise MRopeError(f"attention_mask must hold 0/1 numbers or bools, got dtype {mask.dtype}")
     return mask.astype(bool, copy=False)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .blocks import Blocks, empty_blocks
-from .place import temporal_index
+from .place import MAX_POSITION, check_max_position, temporal_index
 from .render import SegmentTable, _workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
@@ -80,7 +80,10 @@ def _place(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list[_Pl
         shift += (extent if vllm else max(height, width)) - num_tokens
         placed.append((start, start + num_tokens, base, frames, height, width, t))
     last = length - 1 + shift
-    return placed, shift, (last if last > reach else reach) + 1 - length
+    delta = (last if last > reach else reach) + 1 - length
+    if length + delta > MAX_POSITION + 1:
+        check_max_position(np.array([length]), np.array([delta]))
+    return placed, shift, delta
 
 
 def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:

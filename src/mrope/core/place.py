@@ -37,6 +37,21 @@ def check_video_time(video_time: str) -> str:
     return video_time
 
 
+def check_max_position(row_lengths: np.ndarray, delta: np.ndarray) -> None:
+    """Refuse a stream in which a row's largest position, ``row length + delta - 1``, passes
+    :data:`MAX_POSITION`: the rule every family's positions follow, checked on the whole prompt (items
+    each within bounds can pass it together). O(rows)."""
+    last = row_lengths + delta - 1
+    over = last > MAX_POSITION
+    if over.any():
+        r = int(over.argmax())
+        where = "the prompt's" if last.size == 1 else f"row {r}'s"
+        raise MRopeError(
+            f"{where} largest position would be {last[r]:.0f}, past the largest position mrope hands out, "
+            f"{MAX_POSITION} (2**31 - 1): its vision items span more positions than an int32 holds"
+        )
+
+
 def time_interval(step: np.ndarray | float, video_time: str) -> np.ndarray:
     """Temporal index step(s) held in ``video_time``'s dtype (rounded once from ``step``), for
     :func:`temporal_index`."""
@@ -87,4 +102,5 @@ def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compa
         row_last = row_lengths + delta - 1
         np.maximum.at(row_last, row, base + extent - 1)
         delta = row_last + 1 - row_lengths
+    check_max_position(row_lengths, delta)
     return Placed(blocks, base, next_base, row_starts, delta)

@@ -30,7 +30,7 @@ from ..core import (
     segments_one_row,
 )
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
-from ..core.place import check_compat, check_video_time
+from ..core.place import MAX_POSITION, check_compat, check_video_time
 
 _ONE_ROW = np.array([0], dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
 _ONE_ROW.flags.writeable = False
@@ -38,6 +38,34 @@ _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not sca
 _NO_INPUTS: dict[str, Any] = {}  # no Omni inputs (never modified)
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
 _NO_GRIDS.flags.writeable = False
+_FEW_GRIDS = 16  # up to this many grids, a Python pass costs less than numpy calls on tiny arrays
+
+# what each setting holds (token ids, named ``*_token_id``, are ints >= 0): "size", an int >= 1; "rate",
+# a finite number > 0 and at most MAX_POSITION (positions per second, seconds per chunk)
+SETTING_KINDS = {
+    "spatial_merge_size": "size",
+    "temporal_merge_size": "size",
+    "n_window": "size",
+    "tokens_per_second": "rate",
+    "position_id_per_seconds": "rate",
+    "seconds_per_chunk": "rate",
+}
+
+
+def check_setting(model_type: str, name: str, value: Any) -> None:
+    """Refuse a setting of the wrong kind (see :data:`SETTING_KINDS`): a NaN, negative or string rate
+    would give silently wrong positions, a zero merge size a division by zero."""
+    kind = "id" if name.endswith("_token_id") else SETTING_KINDS[name]
+    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if kind == "rate":
+        is_number = is_int or isinstance(value, (float, np.floating))
+        if not (is_number and 0 < value <= MAX_POSITION):  # NaN fails too
+            raise MRopeError(
+                f"{model_type}: {name} must be a finite number > 0 and at most {MAX_POSITION}, got {value!r}"
+            )
+    elif not is_int or value < (1 if kind == "size" else 0):
+        what = "a positive int" if kind == "size" else "an int >= 0 (a token id)"
+        raise MRopeError(f"{model_type}: {name} must be {what}, got {value!r}")
 
 
 class Family:
@@ -78,11 +106,11 @@ class Family:
             value = settings.get(name, default)
             if value is None:
                 raise MRopeError(f"{model_type} needs the setting {name!r} (not found in the config)")
+            check_setting(model_type, name, value)
             setattr(self, name, value)
         merge = getattr(self, "spatial_merge_size", 1)
-        if not isinstance(merge, (int, np.integer)) or merge <= 0:
-            raise MRopeError(f"spatial_merge_size must be a positive int, got {merge!r}")
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
+        self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
 
     def with_compat(self, compat: str) -> Family:
         """This family under another convention, with the same settings (overrides and ``video_time``
@@ -136,7 +164,9 @@ class Family:
 
         Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
         be placeholders (the batch API blanks padding to -1)."""
-        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
+        images, videos, seconds = self.check_vision_inputs(
+            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
+        )
         return self.parse(ids, row_starts, row_lengths, images, videos, seconds)
 
     def place_stream(
@@ -313,7 +343,9 @@ class Family:
             ids = to_int_array(input_ids, name="input_ids", ndim=1)
         else:  # only the items' own tokens are read: a list is not converted
             ids = input_ids
-        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
+        images, videos, seconds = self.check_vision_inputs(
+            image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
+        )
         image_offsets = check_offsets(image_offsets, len(images), "image")
         video_offsets = check_offsets(video_offsets, len(videos), "video")
         blocks = self.prompt_blocks(ids, images, videos, seconds, image_offsets, video_offsets)
@@ -388,59 +420,130 @@ class Family:
         )
 
     # -- checks -------------------------------------------------------------------------------------
-    def check_vision_inputs(
-        self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """The checked image grids, video grids and seconds per video grid step (None if not given)."""
-        images = self.check_grids(image_grid_thw, "image_grid_thw")
-        videos = self.check_grids(video_grid_thw, "video_grid_thw")
-        return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, len(videos))
+    @property
+    def video_temporal_merge(self) -> int:
+        """How many grid steps of a video make one temporal step of its block (Ernie-4.5-VL: its
+        ``temporal_merge_size``); a video's T must be divisible by it."""
+        return 1
 
-    def check_grids(self, grid_thw: Any, name: str) -> np.ndarray:
-        """Grids as an int64 (n, 3) array, every value > 0 and H, W divisible by the merge size."""
+    @property
+    def time_rate(self) -> float:
+        """Time index units per second of video (families that scale time: Qwen2.5-VL's
+        ``tokens_per_second``, the Omni families' ``position_id_per_seconds``)."""
+        raise NotImplementedError
+
+    def check_vision_inputs(
+        self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any, length: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The checked image grids, video grids and seconds per video grid step (None if not given) of a
+        stream of ``length`` tokens.
+
+        Every rule on these inputs is here, and all of them cost O(items): grid values, the grids'
+        placeholder tokens in all against ``length`` (see :meth:`check_grids`; checked before any
+        per-item or per-frame array is built, and exactly: a count past int64 would otherwise wrap), and
+        the time of each video's last frame (see :meth:`check_second_per_grid_ts`)."""
+        images, image_tokens = self.check_grids(image_grid_thw, "image_grid_thw", self._merge_divisor)
+        videos, video_tokens = self.check_grids(video_grid_thw, "video_grid_thw", self._video_divisor)
+        if image_tokens + video_tokens > length:
+            self._too_many_tokens(images, videos, length)
+        return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, videos)
+
+    def check_grids(self, grid_thw: Any, name: str, divisor: np.ndarray) -> tuple[np.ndarray, int | float]:
+        """Grids as an int64 (n, 3) array, every value > 0 and T, H, W divisible by ``divisor`` (the
+        video temporal merge, the spatial merge size), and their placeholder tokens in all (``T/temporal
+        * H/merge * W/merge`` each): a Python int for a few grids, else a float64 sum, exact up to 2**53
+        and, rounding being monotone, past any smaller count as soon as the exact sum is."""
         if grid_thw is None:
-            return _NO_GRIDS
+            return _NO_GRIDS, 0
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
-            return grids
-        merge = self.spatial_merge_size
-        bad = None
-        if len(grids) <= 16:  # a few grids: a Python pass costs less than numpy calls on tiny arrays
+            return grids, 0
+        temporal, merge = int(divisor[0]), self.spatial_merge_size
+        bad, tokens = None, 0
+        if len(grids) <= _FEW_GRIDS:
             for i, (t, h, w) in enumerate(grids.tolist()):
-                if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge:
+                if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge or t % temporal:
                     bad = i
                     break
-        elif grids.min() <= 0 or (grids[:, 1:] % merge).any():
-            bad = int(((grids <= 0).any(axis=1) | (grids[:, 1:] % merge != 0).any(axis=1)).argmax())
+                tokens += t // temporal * (h // merge) * (w // merge)
+        elif grids.min() <= 0 or (grids % divisor).any():
+            bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
+        else:
+            tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
         if bad is not None:
             t, h, w = (int(g) for g in grids[bad])
             if min(t, h, w) <= 0:
                 raise MRopeError(f"{name}[{bad}] = {(t, h, w)}: every grid value must be > 0")
+            if t % temporal:
+                raise MRopeError(
+                    f"{name}[{bad}] = {(t, h, w)}: T={t} is not divisible by temporal_merge_size {temporal}"
+                )
             axis, value = ("H", h) if h % merge else ("W", w)
             raise MRopeError(
                 f"{name}[{bad}] = {(t, h, w)}: {axis}={value} is not divisible by spatial_merge_size {merge}"
             )
-        return grids
+        return grids, tokens
 
-    def check_second_per_grid_ts(self, seconds: Any, num_videos: int) -> np.ndarray | None:
-        if seconds is None:
-            return None
-        if not self.uses_second_per_grid_ts:
-            raise MRopeError(f"{self.model_type} does not scale video time: second_per_grid_ts must be None")
-        arr = to_numpy(seconds, name="second_per_grid_ts")
-        if arr.ndim != 1 or arr.shape[0] != num_videos:
-            raise MRopeError(
-                f"second_per_grid_ts must have shape ({num_videos},), one value per video, "
-                f"got shape {tuple(arr.shape)}"
-            )
-        if arr.dtype.kind not in "iuf":
-            raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
-        arr = arr.astype(np.float64)
-        # one value per video: a Python pass (NaN fails ``0 <= x``)
-        bad = next((i for i, x in enumerate(arr.tolist()) if not 0 <= x < math.inf), None)
-        if bad is not None:
-            raise MRopeError(f"second_per_grid_ts[{bad}] = {arr[bad]}: must be finite and >= 0")
-        return arr
+    def _too_many_tokens(self, images: np.ndarray, videos: np.ndarray, length: int) -> None:
+        """Raise for the first item (images first) whose placeholder tokens take the running count past
+        the ``length`` tokens of the stream (the grids' total does)."""
+        counts = [
+            (g // d).astype(np.float64).prod(axis=1)
+            for g, d in ((images, self._merge_divisor), (videos, self._video_divisor))
+        ]
+        total = np.concatenate(counts).cumsum()
+        first = int((total > length).argmax())
+        name, grids, divisor, i = (
+            ("image_grid_thw", images, self._merge_divisor, first)
+            if first < len(images)
+            else ("video_grid_thw", videos, self._video_divisor, first - len(images))
+        )
+        grid = tuple(int(g) for g in grids[i])
+        tokens = math.prod(g // d for g, d in zip(grid, divisor.tolist(), strict=True))
+        before = f", {total[first]:.0f} with the items before it" if first else ""
+        raise MRopeError(
+            f"{name}[{i}] = {grid} needs {tokens} placeholder tokens{before}: more than the {length} "
+            "tokens of input_ids"
+        )
+
+    def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> np.ndarray | None:
+        """The seconds per grid step of each video as float64 (None if not given): each in ``[0,
+        MAX_POSITION]``, and, for families that scale time, no video's last frame past ``MAX_POSITION``
+        (its time index, ``(T - 1) * seconds * time_rate``, would otherwise pass int64 when cast)."""
+        if seconds is not None:
+            if not self.uses_second_per_grid_ts:
+                raise MRopeError(
+                    f"{self.model_type} does not scale video time: second_per_grid_ts must be None"
+                )
+            arr = to_numpy(seconds, name="second_per_grid_ts")
+            if arr.ndim != 1 or arr.shape[0] != len(videos):
+                raise MRopeError(
+                    f"second_per_grid_ts must have shape ({len(videos)},), one value per video, "
+                    f"got shape {tuple(arr.shape)}"
+                )
+            if arr.dtype.kind not in "iuf":
+                raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
+            seconds = arr.astype(np.float64)
+            values = seconds.tolist()
+            # one value per video: a Python pass (NaN fails ``0 <= x``)
+            bad = next((i for i, x in enumerate(values) if not 0 <= x <= MAX_POSITION), None)
+            if bad is not None:
+                x = values[bad]
+                rule = (
+                    "must be finite and >= 0" if not 0 <= x < math.inf else f"must be at most {MAX_POSITION}"
+                )
+                raise MRopeError(f"second_per_grid_ts[{bad}] = {x}: {rule}")
+        if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
+            temporal, rate = self.video_temporal_merge, self.time_rate
+            given = [1.0] * len(videos) if seconds is None else values
+            for i, (t, x) in enumerate(zip(videos[:, 0].tolist(), given, strict=True)):
+                if (t // temporal - 1) * x * rate > MAX_POSITION:
+                    raise MRopeError(
+                        f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "
+                        f"{i}'s last frame (T = {t // temporal}) would get time index "
+                        f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {MAX_POSITION}"
+                    )
+        return seconds
 
     # -- helpers for parsers ------------------------------------------------------------------------
     def token_blocks(

@@ -24,6 +24,7 @@ import numpy as np
 from .._backends import to_int_array
 from .._errors import MRopeError
 from ..core import SegmentTable, render_all
+from ..core.place import check_max_position
 from ..core.render import _FIELDS
 from ._base import Family
 
@@ -122,6 +123,10 @@ class OmniFamily(Family):
             if name not in found and audio.get(name) is not None:
                 found[name] = audio[name]
         return found
+
+    @property
+    def time_rate(self) -> float:
+        return self.position_id_per_seconds
 
     # -- audio ----------------------------------------------------------------------------------------
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
@@ -332,7 +337,9 @@ class OmniFamily(Family):
         **inputs: Any,
     ) -> tuple[SegmentTable, np.ndarray]:
         self.check_extra_inputs(inputs)
-        images, videos, seconds = self.check_vision_inputs(image_grid_thw, video_grid_thw, second_per_grid_ts)
+        images, videos, seconds = self.check_vision_inputs(
+            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
+        )
         seconds = np.ones(len(videos)) if seconds is None else seconds
         use_audio_in_video = inputs.get("use_audio_in_video", False)
         if not isinstance(use_audio_in_video, (bool, np.bool_)):
@@ -341,7 +348,9 @@ class OmniFamily(Family):
         items = self.find_items(
             ids, row_starts, row_lengths, images, videos, audio_tokens, bool(use_audio_in_video)
         )
-        return self.place_items(ids.size, row_starts, row_lengths, items, images, videos, seconds)
+        table, delta = self.place_items(ids.size, row_starts, row_lengths, items, images, videos, seconds)
+        check_max_position(row_lengths, delta)
+        return table, delta
 
     def place_items(
         self,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import MRopeError
 from .qwen2_vl import Qwen2VL
 
 
@@ -25,14 +24,10 @@ class Ernie4_5_VL(Qwen2VL):
         """Qwen2-VL's video items after the temporal merge: T / temporal_merge_size frames."""
         if len(videos) == 0:
             return super().video_items(videos, second_per_grid_ts)
-        merge = self.temporal_merge_size
-        bad = np.flatnonzero(videos[:, 0] % merge != 0)
-        if bad.size:
-            i = int(bad[0])
-            raise MRopeError(
-                f"video_grid_thw[{i}] = {tuple(int(g) for g in videos[i])}: T={int(videos[i, 0])} is "
-                f"not divisible by temporal_merge_size {merge}"
-            )
-        merged = videos.copy()
-        merged[:, 0] //= merge
+        merged = videos.copy()  # T is divisible (Family.check_grids)
+        merged[:, 0] //= self.temporal_merge_size
         return super().video_items(merged, second_per_grid_ts)
+
+    @property
+    def video_temporal_merge(self) -> int:
+        return self.temporal_merge_size

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import MRopeError
-from ..core.place import MAX_POSITION, time_interval
+from ..core.place import time_interval
 from .qwen2_vl import Qwen2VL
 
 
@@ -20,18 +19,13 @@ class Qwen2_5_VL(Qwen2VL):
 
     def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:
         """``tokens_per_second * second_per_grid_ts`` (1 second when not given), held in the family's
-        ``video_time`` dtype: rounded to float32 as transformers and SGLang do, or float64 as vLLM does.
-
-        Raises :class:`MRopeError` when a video's last time index would pass ``MAX_POSITION``."""
+        ``video_time`` dtype: rounded to float32 as transformers and SGLang do, or float64 as vLLM does
+        (:meth:`Family.check_second_per_grid_ts` bounds each video's last time index)."""
         if len(videos) == 0:
             return 1.0
         seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts
-        interval = time_interval(self.tokens_per_second * seconds, self.video_time)
-        for i, (frames, step) in enumerate(zip(videos[:, 0].tolist(), interval.tolist(), strict=True)):
-            if (frames - 1) * step >= MAX_POSITION:
-                raise MRopeError(
-                    f"second_per_grid_ts[{i}] = {seconds[i]:g}: video {i}'s last frame (T = {frames}) "
-                    f"would get time index {(frames - 1) * step:.3g}, past the largest position "
-                    f"{MAX_POSITION}"
-                )
-        return interval
+        return time_interval(self.tokens_per_second * seconds, self.video_time)
+
+    @property
+    def time_rate(self) -> float:
+        return self.tokens_per_second
