@@ -2,6 +2,7 @@
 (``place``, ``build_segments``, ``render_all``) on the same random one-row streams, and its dispatch."""
 
 import dataclasses
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from mrope.core import (
     render_one_row,
     segments_one_row,
 )
+from mrope.core.one_row import PLANE_CACHE_BYTES
 from mrope.core.place import COMPATS
 from strategies import streams
 
@@ -86,3 +88,46 @@ def test_single_prompts_take_the_one_row_path(monkeypatch):
         [1, family.image_token_id, 2], image_grid_thw=[[1, 2, 2]], image_offsets=[1], video_offsets=[]
     )
     assert calls == ["render_one_row", "segments_one_row"]
+
+
+# -- memory kept between calls -----------------------------------------------------------------------
+def _kept_after(call) -> int:
+    """Bytes still allocated after ``call()`` (its result dropped), as tracemalloc counts numpy's."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        call()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_long_prompt_leaves_bounded_scratch_memory():
+    # one prompt of 4M tokens (an image in it): the per-thread workspace kept its 32 MB arange
+    length = 4_000_000
+    rows = [(1000, 1, 4, 4, np.float32(1))]
+
+    def call():
+        positions, delta = render_one_row(rows, length, "vllm")
+        assert positions[0, -1] == length - 1 + delta and positions[:, 1016].tolist() == [1004] * 3
+        assert (positions[:, :1000] == np.arange(1000)).all()
+
+    kept = _kept_after(call)
+    assert kept < 8 << 20, f"{kept} bytes kept after the call"
+
+
+def test_the_plane_cache_is_bounded_in_bytes():
+    # 300 distinct image sizes of 5-20k tokens: an lru_cache of 256 planes kept about 80 MB
+    def call():
+        for k in range(300):
+            height, width = 64 + k // 2, 80 + k
+            positions, delta = render_one_row(
+                [(2, 1, height, width, np.float32(1))], height * width + 4, "vllm"
+            )
+            assert positions[1, 2 + width * (height - 1)] == 2 + height - 1  # first token of the last line
+            assert positions[2, 2 + width - 1] == 2 + width - 1 and delta == max(height, width) + 4 - (
+                height * width + 4
+            )
+
+    kept = _kept_after(call)
+    assert kept <= PLANE_CACHE_BYTES + (4 << 20), f"{kept} bytes kept after the calls"
