@@ -13,7 +13,6 @@ Blocks come as :data:`BlockRow` tuples, from a family's parser (:func:`block_row
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,24 +43,22 @@ def block_rows(blocks: Blocks) -> list[BlockRow]:
     )
 
 
-#: the planes kept between calls, in bytes (the least recently used is dropped first); a plane larger
-#: than a quarter of this is built for its call only
+#: the planes kept between calls, in bytes (the oldest is dropped first); a plane larger than a quarter of
+#: this is built for its call only
 PLANE_CACHE_BYTES = 4 << 20
-_planes: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+_planes: dict[tuple[int, int], np.ndarray] = {}
 _planes_bytes = 0
 _planes_lock = threading.Lock()
 
 
 def _plane(height: int, width: int) -> np.ndarray:
     """t (0), h and w offsets of one frame's tokens, (3, height * width), read-only; from a cache of
-    the recently used planes, bounded by ``PLANE_CACHE_BYTES``."""
+    planes bounded by ``PLANE_CACHE_BYTES``."""
     global _planes_bytes
     key = (height, width)
-    with _planes_lock:
-        plane = _planes.get(key)
-        if plane is not None:
-            _planes.move_to_end(key)
-            return plane
+    plane = _planes.get(key)  # a hit takes no lock (a dict read is atomic) and keeps the order
+    if plane is not None:
+        return plane
     plane = np.zeros((3, height * width), dtype=np.int64)
     plane[1] = np.arange(height, dtype=np.int64).repeat(width)
     plane[2] = np.tile(np.arange(width, dtype=np.int64), height)
@@ -72,7 +69,7 @@ def _plane(height: int, width: int) -> np.ndarray:
                 _planes[key] = plane
                 _planes_bytes += plane.nbytes
                 while _planes_bytes > PLANE_CACHE_BYTES:
-                    _planes_bytes -= _planes.popitem(last=False)[1].nbytes
+                    _planes_bytes -= _planes.pop(next(iter(_planes))).nbytes
     return plane
 
 
