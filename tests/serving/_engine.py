@@ -89,7 +89,9 @@ def register(
         try:
             table.add_positions(row, positions, delta)
         except MRopeError as err:  # Omni positions segments cannot always be recovered from
-            assert fam.model_type in OMNI and "register the request with add()" in str(err), err
+            # (Qwen3-Omni's family is named after its thinker config, "qwen3_omni_moe_thinker")
+            omni = fam.model_type.removesuffix("_thinker") in OMNI
+            assert omni and "register the request with add()" in str(err), err
             assert row not in table
             precomputed = False
     if not precomputed:
