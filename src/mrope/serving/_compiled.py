@@ -20,9 +20,6 @@ quotient and remainder by counting. The formula applied to each token is the sam
 (:mod:`mrope.core.render`), written here once in :func:`_render`, and the tests check that both
 paths write the same positions. float32 tables (Qwen3-Omni) keep the numpy path.
 
-The pool's write at admission (:func:`mrope.serving._pool.write_slots`) is compiled here too, from
-its one source: a single numba call costs less than its few numpy calls and item writes.
-
 numba is optional (every vLLM install has it): this module imports it, and is imported only by
 :func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
 environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``rows``,
@@ -35,12 +32,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import _pool
 from ._checks import DEAD, DELTA, KEY, PLEN
 from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
-
-#: the pool's write at admission (see the module docstring)
-write_slots = numba.njit(cache=True, nogil=True, boundscheck=False)(_pool.write_slots)
 
 
 @numba.njit(inline="always")

@@ -16,14 +16,13 @@ two index rows:
   int64 rows are then 0).
 
 ``keys`` and ``fields`` are views of ``data``. Indices (``start``, ``origin``, the prompt length) lie
-in ``[0, 2**32)``: :func:`write_slots` copies a request's segments as they are and writes ``base``
-into the high 32-bit halves of the two index rows, which is the ``base << 32 |`` of both (no addition).
+in ``[0, 2**32)``: :meth:`Pool.put` copies a request's segments as they are and writes ``base`` into
+the high 32-bit halves of the two index rows, which is the ``base << 32 |`` of both (no addition).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import numpy as np
 
@@ -41,9 +40,7 @@ _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold bas
 class Pool:
     """Slots of segments, with compaction (see the module docstring)."""
 
-    def __init__(self, capacity: int, max_requests: int, floats: bool, write: Any = None) -> None:
-        # :func:`write_slots`, or the same compiled by numba (:mod:`._compiled`)
-        self._write = write_slots if write is None else write
+    def __init__(self, capacity: int, max_requests: int, floats: bool) -> None:
         self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
         self.top = 0  # first never-used slot
         # per row, Python ints (an admission reads and writes one of each; compaction all)
@@ -54,7 +51,8 @@ class Pool:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
         self.data, self.floats, self.capacity = data, floats, data.shape[1]
         self.keys, self.fields = data[KEYS], data[FIELDS]
-        # one value at a time: a memoryview's item access costs less than numpy's
+        # item access (a memoryview's costs less than numpy's for one value at a time)
+        self._data_items = memoryview(data)
         self._float_items = None if floats is None else memoryview(floats)
         self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
@@ -73,13 +71,19 @@ class Pool:
             self.compact(need)
             lo = self.top
             hi = lo + need
+        last = hi - 1
+        self.data[:, lo:last] = ints
+        # the decode tail: a slot from ``top`` on is still a free slot of :func:`_fresh`, a text
+        # segment from origin 0 with t0 = hw0 = 0; its start and (int64 tables) t0 and hw0 remain,
+        # written one value at a time
+        tail = self._data_items
+        tail[START, last] = length
         if floats is None:
-            self._write(self.data, self._base_bits, ints, lo, length, delta)
+            tail[T0, last] = tail[HW0, last] = delta
         else:
-            self._write(self.data, self._base_bits, ints, lo, length, 0)
-            last = hi - 1
             self.floats[:, lo:last] = floats
             self._float_items[0, last] = self._float_items[1, last] = delta
+        self._base_bits[:, lo:hi] = lo  # after the tail's start
         self.top = hi
         self.base[row] = lo
         self.slots[row] = need
@@ -133,26 +137,6 @@ class Pool:
         if self.floats is not None:
             per_slot += self.floats.itemsize * self.floats.shape[0]
         return self.slots[row] * per_slot
-
-
-def write_slots(
-    data: np.ndarray, base_bits: np.ndarray, ints: np.ndarray, lo: int, length: int, t0: Any
-) -> None:
-    """Write a request's segments ``ints`` (S of them) into the slots ``lo ... lo + S - 1`` of ``data``
-    and its decode tail into slot ``lo + S``: a text segment from ``length`` with t0 = hw0 = ``t0``
-    (0 in a float32 table, whose t0 and hw0 are floats) and offsets from index 0; then ``lo``, the
-    request's base, into the high halves of its slots' start and origin (``base_bits``).
-
-    The tail's slot is still a free slot of :func:`_fresh` (a text segment from origin 0): only its
-    start, t0 and hw0 are written. Run as numpy code, or compiled by numba (:mod:`._compiled`), which
-    bakes in the row numbers (of :mod:`._segments`) and keys its on-disk cache on this module's source
-    only: a change of those rows must come with a change here."""
-    last = lo + ints.shape[1]
-    data[:, lo:last] = ints
-    data[START, last] = length
-    data[T0, last] = t0
-    data[HW0, last] = t0
-    base_bits[:, lo : last + 1] = lo
 
 
 def _fresh(capacity: int, used: int) -> np.ndarray:

@@ -10,10 +10,8 @@ Positions then follow the formula of :mod:`mrope.core.render` (offsets counted f
 search: ``index + delta[row]``. float32 tables (Qwen3-Omni) take :mod:`._float`'s step.
 
 Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
-:mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors),
-and ``add`` writes the pool with the compiled :func:`._pool.write_slots` (one call instead of a few
-numpy calls); ``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0``
-keep numpy.
+:mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
+``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0`` keep numpy.
 """
 
 from __future__ import annotations
@@ -50,9 +48,8 @@ BACKENDS = ("auto", "numba", "numpy")
 NUMBA_ENV = "MROPE_NUMBA"  # "0": tables with backend="auto" use numpy
 
 
-def compiled_step(backend: str, floats: bool) -> tuple[Any, Any] | None:
-    """The compiled step and pool write of :mod:`._compiled` for a table of ``backend`` (``None``: the
-    numpy step and write).
+def compiled_step(backend: str, floats: bool) -> Any:
+    """The compiled step of :mod:`._compiled` for a table of ``backend`` (``None``: the numpy step).
 
     ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA=0``; ``"numba"``: required
     (:class:`MRopeError` without numba, or for a float32 table); ``"numpy"``: never."""
@@ -65,12 +62,12 @@ def compiled_step(backend: str, floats: bool) -> tuple[Any, Any] | None:
             "backend='numba' serves int64 tables; a float32 table takes backend='numpy' or 'auto'"
         )
     try:
-        from ._compiled import fill, write_slots
+        from ._compiled import fill
     except ImportError as err:  # numba missing, or not built for this numpy
         if backend == "numba":
             raise MRopeError(f"backend='numba' needs numba (pip install numba): {err}") from None
         return None
-    return fill, write_slots
+    return fill
 
 
 class PositionTable:
@@ -106,11 +103,10 @@ class PositionTable:
         vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
         can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0``. Both write the same
         positions and raise the same errors. float32 tables always use numpy. ``table.backend`` tells
-        which one runs (and whether :meth:`add` writes the pool with numba too). numba compiles the
-        step on its first call for each combination of array types, and the pool write on the first
-        :meth:`add` (seconds; then from its on-disk cache, a fraction of a second per process): an
-        engine makes the step's call at start-up with an empty step of its real arrays, e.g.
-        ``fill(out, rows[:0], num_computed[:0], num_scheduled[:0])``.
+        which one runs. numba compiles the step on its first call for each combination of array types
+        (seconds; then from its on-disk cache, a fraction of a second per process): an engine makes
+        that call at start-up with an empty step of its real arrays, e.g. ``fill(out, rows[:0],
+        num_computed[:0], num_scheduled[:0])``.
 
     Examples
     --------
@@ -152,11 +148,10 @@ class PositionTable:
         self._delta = np.zeros(self.max_requests + 2, dtype=np.float64) if floats else None
         self._flags = np.empty(0, dtype=bool)
         self._grow_scratch(64)
-        compiled = compiled_step(backend, floats)
-        self._kernel = None if compiled is None else compiled[0]  # None: the numpy step
-        self._pool = Pool(capacity, self.max_requests, floats, None if compiled is None else compiled[1])
+        self._pool = Pool(capacity, self.max_requests, floats)
         self._scratch = np.empty((5, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
+        self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self.backend = "numpy" if self._kernel is None else "numba"
         self._device_name = device
         self._device = None  # the torch mirror, see mrope.serving.device
@@ -226,7 +221,6 @@ class PositionTable:
             positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
             The table is unchanged.
         """
-        row = self._free_row(row)
         table, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
@@ -265,7 +259,6 @@ class PositionTable:
         delta : int (float32 tables: int or float, taken as float32), the offset of positions past the
             prompt (``index + delta``).
         """
-        row = self._free_row(row)
         floats = self._delta is not None
         pos, delta = positions_input(positions, delta, floats=floats)
         ints, fields = from_positions(pos, row=row, floats=floats)
@@ -375,16 +368,16 @@ class PositionTable:
             raise MRopeError(f"row {row} holds no request (never added, or removed)")
         return row
 
-    def _free_row(self, row: Any) -> int:
+    def _insert(
+        self, row: Any, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
+    ) -> None:
+        """Register the request in ``row`` (checked here: an int in range, free) from its segments
+        (:mod:`._segments`), after the checks of its length and largest position."""
         if type(row) is not int or not 0 <= row < self.max_requests:
             row = self._row(row)
-        if self._pool.slots[row]:
+        pool = self._pool
+        if pool.slots[row]:
             raise MRopeError(f"row {row} already holds a request: remove() it before adding another")
-        return row
-
-    def _insert(
-        self, row: int, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
-    ) -> None:
         if length >= self.max_index:
             raise MRopeError(
                 f"prompt of row {row} has {length} tokens, at most {self.max_index - 1} are supported"
@@ -395,7 +388,6 @@ class PositionTable:
                 f"row {row}: the prompt reaches position {largest}, beyond max_position "
                 f"{self.max_position} (check second_per_grid_ts and the grids)"
             )
-        pool = self._pool
         lo, moved = pool.put(row, ints, floats, length, delta)
         if moved:  # the live rows' keys moved with their slots
             live, base = pool.live()
