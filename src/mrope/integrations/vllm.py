@@ -231,14 +231,13 @@ _LLVMLITE_FFI = "llvmlite.binding.ffi"
 class _RunnerState:
     """A model runner's table, its request slots and the persistent batch's index -> slot map."""
 
-    def __init__(self, runner: Any, family: Family | None, reason: str | None) -> None:
+    def __init__(self, runner: Any, family: Family | None) -> None:
         batch = runner.input_batch
         self.family = family
-        self.inactive_reason = reason  # why vLLM's own path serves this runner (None: mrope does)
-        self.num_slots = 2 * batch.max_num_reqs  # room for preempted requests beside the running ones
-        self.table = PositionTable(self.num_slots) if family is not None else None
+        num_slots = 2 * batch.max_num_reqs  # room for preempted requests beside the running ones
+        self.table = PositionTable(num_slots) if family is not None else None  # None: vLLM's path
         self.slot_of: dict[str, int] = {}
-        self.free_slots = list(range(self.num_slots - 1, -1, -1))
+        self.free_slots = list(range(num_slots - 1, -1, -1))
         self.batch_slots = np.full(batch.max_num_reqs, -1, dtype=np.int64)
         self.batch = batch
         batch._mrope = self
@@ -290,7 +289,7 @@ class _RunnerState:
         """Hand this runner to vLLM's own path for good (a request mrope cannot serve)."""
         logger.warning("mrope: %s; this model runner uses vLLM's own M-RoPE path from now on", reason)
         self.release(runner, _enabled["_init_mrope_positions"])
-        self.table, self.inactive_reason = None, reason
+        self.table = None
 
     def release(self, runner: Any, vllm_init: Callable[[Any, Any], None]) -> None:
         """Give every live request vLLM's own positions, so vLLM's path can serve it."""
@@ -334,7 +333,7 @@ def _runner_state(runner: Any) -> _RunnerState:
             family = None
     if reason is not None:
         logger.warning("mrope: %s; vLLM's own M-RoPE path serves this model", reason)
-    state = _RunnerState(runner, family, reason)
+    state = _RunnerState(runner, family)
     runner._mrope = state
     _runners.add(runner)
     return state
