@@ -1,0 +1,84 @@
+"""The segment: its fields, named once, and the render formula, written once.
+
+A *segment* is a run of tokens whose positions follow one formula (design: parse, place, render).
+Every segment table in mrope (:class:`mrope.core.SegmentTable`, the serving pool, the float32 and device
+paths) stores one segment per column, in the rows below:
+
+- ``START``: stream index of the segment's first token (tables are sorted by it);
+- ``T0``: position of the segment's first token on the t row;
+- ``HW0``: position of its first token on the h and w rows;
+- ``WIDTH``: the frame's width W' (text: 1);
+- ``IS_TEXT``: 1 for text (and text-like audio), 0 for one frame of a vision block;
+- ``ORIGIN``: the index that offsets count from (``start``, except for a frame piece or an audio run
+  that continues a run started earlier: the Omni families). Tables that omit this row have
+  ``origin = start``.
+
+Fields are integers (int64); a Qwen3-Omni table holds float32 values of ``T0`` and ``HW0`` (fractional
+positions) as float64, and then renders float32 positions, each rounded once from the exact float64 sum.
+
+The formula
+-----------
+Token ``j`` of a segment, at offset ``o = j - origin`` with ``q, r = divmod(o, width)``, has positions::
+
+    t = t0 + o * is_text
+    h = hw0 + q
+    w = hw0 + r + o * is_text
+
+(text: ``base + o`` on all rows; a frame: ``(t0, hw0 + o // W', hw0 + o % W')``). :func:`render_formula`
+is this formula and the only place it is written. It uses only ``+=`` and ``*=`` so that one function
+serves every caller:
+
+- Python ints and numpy scalars: values are returned;
+- numba: ``numba.njit(inline="always")(render_formula)`` compiles it over scalars (the compiled serving
+  step keeps ``q`` and ``r`` by counting, so the division is not part of the formula);
+- numpy arrays and torch tensors: the formula runs *in place* and allocates nothing. ``offset``, ``t0``,
+  ``quotient`` and ``remainder`` are scratch that it overwrites (``t0`` becomes t, ``quotient`` h,
+  ``remainder`` w, ``offset`` ``offset * is_text``) and returns; ``hw0`` and ``is_text`` are only read.
+  A caller that renders into ``out`` passes the rows of ``out`` as ``t0``, ``quotient`` and
+  ``remainder`` (numpy: ``field.take(seg, out=out[0])``, ``np.divmod(offset, width, out=(out[1],
+  out[2]))``), so the hot numpy paths keep their few calls and no temporary. The result buffers must
+  hold the fields' kind: for float ``T0``/``HW0`` (Qwen3-Omni) pass float64 buffers and round once
+  when copying to float32 (numpy's in-place add refuses float into int64).
+
+:func:`render_offsets` divides first (``//`` and ``%``): for callers that have offsets and widths only
+(torch on the device path, tests). Both need ``offset >= 0`` (true of every token inside its segment).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+#: the rows of a segment table, in order (the row order of :class:`mrope.core.SegmentTable` and of the
+#: serving pool)
+START, T0, HW0, WIDTH, IS_TEXT, ORIGIN = range(6)
+#: the names of the rows, indexed by the constants above
+FIELDS = ("start", "t0", "hw0", "width", "is_text", "origin")
+#: rows of a table without ``ORIGIN`` (``origin = start``)
+NUM_BASE_FIELDS = ORIGIN
+
+Value = TypeVar("Value")  # a Python or numpy scalar, a numpy array or a torch tensor
+
+
+def render_formula(
+    offset: Value, quotient: Value, remainder: Value, t0: Value, hw0: Value, is_text: Value
+) -> tuple[Value, Value, Value]:
+    """Positions ``(t, h, w)`` of tokens at ``offset`` from their segment's origin, ``(quotient,
+    remainder) = divmod(offset, width)``: the one copy of the render formula (see the module docstring).
+
+    Arrays and tensors are updated in place: ``offset``, ``t0``, ``quotient`` and ``remainder`` are
+    overwritten, and ``t0``, ``quotient``, ``remainder`` returned as t, h and w."""
+    offset *= is_text  # how far along the text run (0 in a frame)
+    t0 += offset
+    quotient += hw0
+    remainder += hw0
+    remainder += offset
+    return t0, quotient, remainder
+
+
+def render_offsets(
+    offset: Value, t0: Value, hw0: Value, width: Value, is_text: Value
+) -> tuple[Value, Value, Value]:
+    """:func:`render_formula` of offsets and widths (``q = offset // width``, ``r = offset % width``).
+
+    Arrays and tensors: ``offset`` and ``t0`` are overwritten (``t0`` is returned as t); h and w are new."""
+    return render_formula(offset, offset // width, offset % width, t0, hw0, is_text)
