@@ -59,8 +59,8 @@ test-vllm: venv-vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
 
 bench: venv venv-vllm
-	$(BIN)/mrope bench step --json bench-results/step.json
-	$(BIN)/mrope bench prefill --json bench-results/prefill.json
+	$(BIN)/python benchmarks/step.py --json bench-results/step.json
+	$(BIN)/python benchmarks/prefill.py --json bench-results/prefill.json
 	$(MAKE) bench-vllm-step
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
@@ -71,23 +71,23 @@ bench-vllm-engine: venv-vllm
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:
-	@if [ -x .venv-vllm/bin/mrope ]; then .venv-vllm/bin/mrope bench step --json bench-results/step-vllm.json; \
+	@if [ -f $(VLLM_BIN)/.installed ]; then $(VLLM_BIN)/python benchmarks/step.py --json bench-results/step-vllm.json; \
 	else echo "bench-vllm-step: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 # The single-prompt Qwen2.5-VL cases of the prefill benchmark in the vLLM environment, beside vLLM's own
 # get_mrope_input_positions ("vllm"), with the admission targets.
 bench-vllm-prefill:
-	@if [ -x .venv-vllm/bin/mrope ]; then .venv-vllm/bin/mrope bench prefill --cases a,c --json bench-results/prefill-vllm.json; \
+	@if [ -f $(VLLM_BIN)/.installed ]; then $(VLLM_BIN)/python benchmarks/prefill.py --cases a,c --json bench-results/prefill-vllm.json; \
 	else echo "bench-vllm-prefill: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 bench-step: venv
-	$(BIN)/mrope bench step --json bench-results/step.json
+	$(BIN)/python benchmarks/step.py --json bench-results/step.json
 
 bench-prefill: venv
-	$(BIN)/mrope bench prefill --json bench-results/prefill.json
+	$(BIN)/python benchmarks/prefill.py --json bench-results/prefill.json
 
 bench-rotary: venv
-	$(BIN)/mrope bench rotary --json bench-results/rotary.json
+	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

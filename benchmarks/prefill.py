@@ -1,5 +1,6 @@
-"""``mrope bench prefill``: prompt positions, mrope against transformers' and SGLang's ``get_rope_index``
-and, where vLLM is importable (the vLLM environment), vLLM's own ``get_mrope_input_positions``.
+"""``python benchmarks/prefill.py``: prompt positions, mrope against transformers' and SGLang's
+``get_rope_index`` and, where vLLM is importable (the vLLM environment), vLLM's own
+``get_mrope_input_positions``.
 
 Every case runs all providers in one process on the same inputs, checks that mrope's positions equal
 each peer's (in the peer's convention) and prints median times and the ratio of each peer to mrope.
@@ -10,7 +11,7 @@ printed after the table compare them. Peers that are not installed are left out.
 
 Usage::
 
-    mrope bench prefill [--json bench-results/prefill.json] [--quick] [--cases a,b]
+    python benchmarks/prefill.py [--json bench-results/prefill.json] [--quick] [--cases a,b]
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .. import from_config, get_rope_index, peers
-from ..families import Family
-from ..serving import PositionTable
-from ._timing import format_table, median_us, time_interleaved, write_json
+from _common import main, peers
+from _timing import format_table, median_us, time_interleaved, write_json
+from mrope import from_config, get_rope_index
+from mrope.families import Family
+from mrope.serving import PositionTable
 
 VISION_START, VISION_END = 151652, 151653
 
@@ -156,7 +159,7 @@ def engine_providers(
     """Admission of one Qwen2.5-VL prompt as an engine has it (ids as a list, each item's placeholder
     offset): ``family.positions`` and ``PositionTable.add`` with the vLLM plugin's family, and vLLM's own
     ``get_mrope_input_positions`` where vLLM is importable."""
-    from ..integrations._vllm_inputs import VLLM_SETTINGS
+    from mrope.integrations._vllm_inputs import VLLM_SETTINGS
 
     family = from_config(config, **VLLM_SETTINGS)
     inputs = {**grids, "image_offsets": [], "video_offsets": []}
@@ -198,7 +201,7 @@ def _vllm_call(config: Any, inputs: dict[str, Any], length: int) -> Callable[[li
     import torch
     from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration as Model
 
-    from ..integrations._vllm_inputs import feature_spec
+    from mrope.integrations._vllm_inputs import feature_spec
 
     model = object.__new__(Model)
     model.__dict__["config"] = config
@@ -437,3 +440,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(["case", "target", "ratio", "bound", "met"], target_rows))
     write_json(args.json, {"benchmark": "prefill", "results": results})
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, add_arguments, run))

@@ -1,9 +1,9 @@
-"""``mrope bench rotary``: applying M-RoPE to q and k, native torch against the fused Triton kernel
+"""``python benchmarks/rotary.py``: applying M-RoPE to q and k, native torch against the fused Triton kernel
 against Liger-Kernel's ``qwen2vl_mrope`` (when installed; chunked layout only).
 
 Usage::
 
-    mrope bench rotary [--quick] [--tokens 1 1024 65536] [--models qwen2_5_vl_7b] [--json out.json]
+    python benchmarks/rotary.py [--quick] [--tokens 1 1024 65536] [--models qwen2_5_vl_7b] [--json out.json]
 
 Each row reports the median time of one in-place rotation of all q and k heads of ``tokens`` tokens in
 bfloat16, the achieved bandwidth against the bytes that must move (q and k read and written once,
@@ -15,10 +15,12 @@ work. On CUDA the timing uses CUDA events; on the CPU only the native path runs,
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._timing import format_table, median_us, time_call, write_json
+from _common import main
+from _timing import format_table, median_us, time_call, write_json
 
 # name: (num_q_heads, num_kv_heads, head_size, mrope_section, layout, rope_theta)
 MODELS = {
@@ -57,7 +59,7 @@ def _timer(torch: Any, device: str, repeats: int) -> Callable[[Callable[[], Any]
 
 def _providers(torch: Any, model: str, num_tokens: int, device: str) -> tuple[dict[str, Callable], int, int]:
     """Callables per provider on fresh bf16 inputs, the bytes that must move, and the q+k bytes."""
-    from ..rotary import MRotaryEmbedding
+    from mrope.rotary import MRotaryEmbedding
 
     num_q, num_kv, head, section, layout, theta = MODELS[model]
     dtype = torch.bfloat16
@@ -151,3 +153,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(header, rows))
     write_json(args.json, {"benchmark": "rotary", "device": device, "results": results})
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, add_arguments, run))

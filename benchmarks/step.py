@@ -1,8 +1,8 @@
-"""``mrope bench step``: a serving engine's per-step M-RoPE positions, against the engines' own loops.
+"""``python benchmarks/step.py``: a serving engine's per-step M-RoPE positions, against the engines' loops.
 
 Usage::
 
-    mrope bench step [--quick] [--json bench-results/step.json] [--plot step.png]
+    python benchmarks/step.py [--quick] [--json bench-results/step.json] [--plot step.png]
 
 Ways to write the positions of one engine step into the (3, capacity + 1) buffer (written through
 its numpy view, a non-contiguous (3, N) slice, as vLLM does), with vLLM's inputs (int64 rows, int32
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from ..families import from_config
-from ..serving import PositionTable
-from ._timing import evict_caches, format_table, median_us, percentile_us, time_call, time_once, write_json
+from _common import main
+from _timing import evict_caches, format_table, median_us, percentile_us, time_call, time_once, write_json
+from mrope.families import from_config
+from mrope.serving import PositionTable
 
 # Qwen2.5-VL-3B-Instruct's config (the fields the position rule reads)
 QWEN2_5_VL_3B = {
@@ -508,3 +510,7 @@ def run(args: argparse.Namespace) -> int:
     if plot:
         print(f"plot: {plot}" if _plot(plot, scaled["decode"], scaled["mixed"]) else "plot: no matplotlib")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, add_arguments, run))

@@ -13,4 +13,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 export PYTHONPATH=src TRITON_INTERPRET=0
 python -m pytest -q tests/serving/test_device.py tests/ops tests/test_rotary.py 2>&1 | tee "$out/gpu-tests.txt"
 python scripts/gpu_serving_bench.py 2>&1 | tee "$out/gpu-serving.md"
-python -m mrope.cli bench rotary --json "$out/rotary-gpu.json" 2>&1 | tee "$out/gpu-rotary.md"
+python benchmarks/rotary.py --json "$out/rotary-gpu.json" 2>&1 | tee "$out/gpu-rotary.md"

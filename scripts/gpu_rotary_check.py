@@ -29,7 +29,7 @@ def main() -> int:
         "-q",
     ]
     rc = subprocess.call(tests, env=env)
-    bench = [sys.executable, "-m", "mrope.cli", "bench", "rotary", "--json", "bench-results/rotary-gpu.json"]
+    bench = [sys.executable, "benchmarks/rotary.py", "--json", "bench-results/rotary-gpu.json"]
     rc_bench = subprocess.call(bench + sys.argv[1:], env=env)
     return rc or rc_bench
 

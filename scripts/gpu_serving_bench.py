@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from mrope import from_config
-from mrope.bench.step import IMAGE_GRID, QWEN2_5_VL_3B
 from mrope.serving import PositionTable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from step import IMAGE_GRID, QWEN2_5_VL_3B  # noqa: E402
 
 
 def cuda_time(fn, iters: int = 200) -> float:

@@ -1,6 +1,6 @@
 """The peers for the tests: a model type's transformers config, its mrope families under both
 conventions, and calls into transformers' and SGLang's own ``get_rope_index`` (through
-:mod:`mrope.peers`) with the inputs their processors produce (int64 grids, float32 times).
+:mod:`peers`) with the inputs their processors produce (int64 grids, float32 times).
 
 The peers are installed by ``make test``. :func:`require` skips a test where one is missing, except
 under ``CI``, where a missing peer fails the test.
@@ -96,7 +96,7 @@ class PeerSetup:
         transformers as int64 / float32 tensors as its processor makes them."""
         import torch
 
-        from mrope import peers
+        import peers
 
         kwargs = torch_grids(grids)
         if attention_mask is not None:
@@ -109,7 +109,7 @@ class PeerSetup:
         """SGLang's ``get_rope_index`` (or ``get_rope_index_glm4v``) on one unpadded prompt:
         (positions (3, L), delta) as numpy and int."""
 
-        from mrope import peers
+        import peers
 
         family = self.family("vllm")
         kwargs = torch_grids(grids)
@@ -137,7 +137,7 @@ class PeerSetup:
 @functools.cache
 def peer_setup(name: str) -> PeerSetup:
     """The :class:`PeerSetup` called ``name`` (a key of ``PEER_SETUPS``), built once."""
-    from mrope import peers
+    import peers
 
     model_type, vision = PEER_SETUPS[name]
     config = peers.transformers_config(model_type, **vision)

@@ -1,6 +1,7 @@
 """Call the peer implementations (transformers, SGLang) on mrope's inputs, for tests and benchmarks.
 
-Tests and benchmarks import the peers from here so that they cannot drift apart. Needs torch and
+Tests and benchmarks (through ``benchmarks/_common.py``) import the peers from here so that they cannot
+drift apart; it is test machinery, not part of the installed library. Needs torch and
 transformers; SGLang's position module is loaded by path (it imports only torch), so its GPU stack
 is not needed.
 """
@@ -15,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .families import Family
-from .families._omni import OmniFamily
-from .families.ernie4_5_vl import Ernie4_5_VL
-from .families.glm4v import Glm4V
+from mrope.families import Ernie4_5_VL, Family, Glm4V, Qwen2_5Omni, Qwen3Omni
+
+OMNI_FAMILIES = (Qwen2_5Omni, Qwen3Omni)
 
 # model_type -> (transformers module, class owning get_rope_index)
 TRANSFORMERS_MODELS = {
@@ -89,7 +89,7 @@ def transformers_rope_index(family: Family, config: Any, input_ids: Any, **kwarg
     ``kwargs``: image_grid_thw, video_grid_thw, second_per_grid_ts, attention_mask (torch or None).
     """
     owner = _transformers_owner(family.model_type)
-    if isinstance(family, OmniFamily):
+    if isinstance(family, OMNI_FAMILIES):
         return _transformers_omni_rope_index(owner, family, config, input_ids, **kwargs)
     fake_self = types.SimpleNamespace(config=config)
     fake_self.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, fake_self)
@@ -165,7 +165,7 @@ def sglang_rope_index(
     (``audio_seqlens`` as feature lengths); SGLang has no Qwen2.5-Omni position code.
     """
     sg = sglang_module()
-    if isinstance(family, OmniFamily):
+    if isinstance(family, OMNI_FAMILIES):
         if family.model_type not in ("qwen3_omni_moe", "qwen3_omni_moe_thinker"):
             raise NotImplementedError(f"SGLang has no position code for {family.model_type}")
         return sg.get_rope_index(

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
+import peers
 from _peers import PEER_SETUPS
 from strategies import Batch, Image, Prompt, Video, batches, build_prompt, pad_batch, prompts, text
 
@@ -196,7 +197,7 @@ def test_config_forms_agree(peer):
     # tokens_per_second 2 given as an override on a config whose vision_config says 4
     override = mrope.from_config(peer.config, compat="vllm", tokens_per_second=2)
     as_checkpoint = mrope.from_config(
-        mrope.peers.transformers_config("qwen2_5_vl", tokens_per_second=2), compat="transformers"
+        peers.transformers_config("qwen2_5_vl", tokens_per_second=2), compat="transformers"
     )
     got = mrope.get_rope_index(override, ids, compat="transformers", **kwargs)
     want = mrope.get_rope_index(as_checkpoint, ids, **kwargs)
@@ -210,7 +211,7 @@ def test_config_objects_are_read_once_and_forgotten_when_freed():
 
     import mrope.batch as batch_module
 
-    config = mrope.peers.transformers_config("qwen2_vl")
+    config = peers.transformers_config("qwen2_vl")
     ids = np.array([[1, config.image_token_id, 2]])
     kwargs = {"image_grid_thw": [[1, 2, 2]]}
     first = mrope.get_rope_index(config, ids, **kwargs)

@@ -374,7 +374,7 @@ def test_a_video_of_too_many_frames_is_refused_before_its_frames_are_built(name,
 # -- settings ------------------------------------------------------------------------------------------
 def _config(model_type: str):
     require("torch", "transformers")
-    from mrope.peers import transformers_config, transformers_omni_config
+    from peers import transformers_config, transformers_omni_config
 
     if "omni" in model_type:
         return transformers_omni_config(model_type)

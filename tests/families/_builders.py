@@ -2,7 +2,7 @@
 
 A prompt is drawn as a batch of rows, each a list of items (image, video; Omni: audio, video with its
 audio) separated by random text, then laid out in the family's own token layout (markers, per-frame
-timestamps), padded left or right. The peers are called through :mod:`mrope.peers`.
+timestamps), padded left or right. The peers are called through :mod:`peers`.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def vision_prompts(
 
 def assert_same(ours, theirs, what: str) -> None:
     """Element-for-element equality of positions (or deltas), with the first mismatch in the message."""
-    from mrope.peers import as_numpy
+    from peers import as_numpy
 
     a, b = as_numpy(ours), as_numpy(theirs)
     assert a.shape == b.shape, f"{what}: shape {a.shape} != peer's {b.shape}"
@@ -145,7 +145,7 @@ def check_against_transformers(model_type: str, prompt: Prompt, *, left: bool, e
     import torch
 
     import mrope
-    from mrope.peers import transformers_config, transformers_rope_index
+    from peers import transformers_config, transformers_rope_index
 
     config = transformers_config(model_type)
     family = mrope.from_config(config, compat="transformers")
@@ -176,7 +176,7 @@ def check_against_sglang(model_type: str, prompt: Prompt, **kw) -> None:
     import torch
 
     import mrope
-    from mrope.peers import sglang_rope_index, transformers_config
+    from peers import sglang_rope_index, transformers_config
 
     family = mrope.from_config(transformers_config(model_type), compat="vllm")
     for r, row in enumerate(prompt.rows):
@@ -284,7 +284,7 @@ def check_omni_against_transformers(config, prompt: Prompt, *, use_audio_in_vide
     import torch
 
     import mrope
-    from mrope.peers import as_numpy, transformers_rope_index
+    from peers import as_numpy, transformers_rope_index
 
     family = mrope.from_config(config, compat="transformers")
     model_type = family.model_type
@@ -321,7 +321,7 @@ def check_omni_against_sglang(config, prompt: Prompt, *, use_audio_in_video: boo
     import torch
 
     import mrope
-    from mrope.peers import sglang_rope_index
+    from peers import sglang_rope_index
 
     family = mrope.from_config(config, compat="vllm")
     for r, row in enumerate(prompt.rows):

@@ -10,7 +10,7 @@ require_module("transformers")
 from _builders import check_against_transformers, vision_prompts  # noqa: E402
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_config  # noqa: E402
+from peers import transformers_config  # noqa: E402
 
 TYPES = ["cohere_compass"]
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

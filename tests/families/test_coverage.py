@@ -9,7 +9,7 @@ import pathlib
 
 import mrope
 from _peers import require_module
-from mrope.peers import TRANSFORMERS_MODELS
+from peers import TRANSFORMERS_MODELS
 
 transformers = require_module("transformers")
 
@@ -61,6 +61,8 @@ def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
     for model_type in mrope.supported_model_types():
         if model_type.endswith("_thinker"):
             continue  # reached through the top-level Omni config
-        assert model_type in TRANSFORMERS_MODELS, f"{model_type} has no transformers adapter in mrope.peers"
+        assert model_type in TRANSFORMERS_MODELS, (
+            f"{model_type} has no transformers adapter in tests/peers.py"
+        )
         family = mrope.from_config(transformers.AutoConfig.for_model(model_type))
         assert family.model_type in (model_type, f"{model_type}_thinker")

@@ -1,7 +1,7 @@
 """Ernie-4.5-VL (Qwen2-VL's rule, video T merged by temporal_merge_size) against transformers and SGLang.
 
 SGLang reads the original Baidu layout (video tokens are the image token between the video markers);
-:func:`mrope.peers.sglang_rope_index` rewrites the ids to it.
+:func:`peers.sglang_rope_index` rewrites the ids to it.
 """
 
 import pytest
@@ -14,7 +14,7 @@ require_module("transformers")
 from _builders import check_against_sglang, check_against_transformers, require_sglang, vision_prompts  # noqa: E402
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_config  # noqa: E402
+from peers import transformers_config  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAMILY = mrope.from_config(transformers_config("ernie4_5_vl_moe"))

@@ -19,7 +19,7 @@ from strategies import Image, Video, build_prompt, layout_kind, prompts, text
 
 require_module("transformers")
 
-from mrope import peers  # noqa: E402
+import peers  # noqa: E402
 
 FAMILIES = {  # name -> (model_type, vision overrides)
     "qwen2_vl": ("qwen2_vl", {}),

@@ -15,7 +15,7 @@ require_module("transformers")
 from _builders import check_against_sglang, check_against_transformers, require_sglang, vision_prompts  # noqa: E402
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_config  # noqa: E402
+from peers import transformers_config  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAMILY = mrope.from_config(transformers_config("paddleocr_vl"))

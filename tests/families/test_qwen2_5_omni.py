@@ -12,7 +12,7 @@ require_module("transformers")
 from _builders import check_omni_against_transformers, omni_prompts  # noqa: E402
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_omni_config  # noqa: E402
+from peers import transformers_omni_config  # noqa: E402
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIG = transformers_omni_config("qwen2_5_omni")
@@ -43,7 +43,7 @@ def test_chunk_boundary_inside_a_frame_matches_transformers():
     positions, delta = FAMILY.positions(ids, use_audio_in_video=True, **prompt_kw)
     import torch
 
-    from mrope.peers import as_numpy, transformers_rope_index
+    from peers import as_numpy, transformers_rope_index
 
     t_ids = torch.tensor([ids])
     theirs = transformers_rope_index(

@@ -10,7 +10,7 @@ require_module("transformers")
 from _builders import check_against_sglang, check_against_transformers, vision_prompts  # noqa: E402
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_config  # noqa: E402
+from peers import transformers_config  # noqa: E402
 
 TYPES = ["qwen3_5", "qwen3_5_moe", "qwen4_exp"]
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

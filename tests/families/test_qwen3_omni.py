@@ -18,7 +18,7 @@ from _builders import (  # noqa: E402
 )
 
 import mrope  # noqa: E402
-from mrope.peers import transformers_omni_config  # noqa: E402
+from peers import transformers_omni_config  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIGS = {pps: transformers_omni_config("qwen3_omni_moe", position_id_per_seconds=pps) for pps in (25, 13)}

@@ -1,0 +1,37 @@
+"""What the benchmark scripts share besides timing: the test suite's peer calls and the command line.
+
+The peer calls (transformers', SGLang's ``get_rope_index`` on mrope's inputs) live in ``tests/peers.py``
+so that the tests and the benchmarks compare against the same code; this module puts ``tests/`` on the
+import path, once, for the scripts that run as ``python benchmarks/<name>.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
+
+import peers  # noqa: E402
+
+__all__ = ["ROOT", "main", "peers"]
+
+
+def main(
+    doc: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse a benchmark's arguments (``--json``, ``--quick`` and its own) and run it: its exit status."""
+    parser = argparse.ArgumentParser(
+        description=(doc or "").split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", default=None, help="also write the raw results to this JSON file")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (smoke test)")
+    add_arguments(parser)
+    return int(run(parser.parse_args(argv)) or 0)
