@@ -35,6 +35,7 @@ from torch import nn
 from ._errors import MRopeError
 
 LAYOUTS = ("chunked", "interleaved", "ernie")
+_BUFFERS = ("cos_sin_cache", "inv_freq", "freq_rows", "column_rows")
 BACKENDS = ("auto", "native", "triton")
 #: The largest ``max_position``: float32 holds every integer up to ``2**24`` exactly, and the cache's
 #: angles are ``position.float() * inv_freq`` as transformers computes them, so a larger cache would
@@ -169,7 +170,11 @@ class MRotaryEmbedding(nn.Module):
     cos_sin_cache : torch.Tensor
         Shape ``(max_position, rotary_dim)``, float32 buffer (not persistent): ``[cos | sin]``.
     freq_rows : torch.Tensor
-        Shape ``(rotary_dim // 2,)``, int64 buffer: the position row of each frequency.
+        Shape ``(rotary_dim // 2,)``, int64 buffer: the position row of each frequency, computed once
+        from the layout here and passed to the Triton kernel.
+    column_rows : torch.Tensor
+        Shape ``(rotary_dim,)``, int64 buffer: the position row of each cache column (``freq_rows``
+        twice, for ``[cos | sin]``), with which the native path gathers all three rows in one call.
 
     Examples
     --------
@@ -244,6 +249,7 @@ class MRotaryEmbedding(nn.Module):
         )
         self.register_buffer("inv_freq", _inv_freq(rotary_dim, base), persistent=False)
         self.register_buffer("freq_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
+        self.register_buffer("column_rows", torch.tensor(rows + rows, dtype=torch.int64), persistent=False)
 
     def extra_repr(self) -> str:
         return (
@@ -258,9 +264,10 @@ class MRotaryEmbedding(nn.Module):
 
         ``.to(torch.bfloat16)``, ``.half()``, ``.double()`` set :attr:`dtype` (the dtype of query and
         key) and leave ``cos_sin_cache`` and ``inv_freq`` float32 with their values unchanged (not
-        rounded through the new dtype); ``.to(device)`` moves them. ``to_empty`` rebuilds them.
+        rounded through the new dtype); ``.to(device)`` moves them. ``to_empty`` rebuilds them and the
+        layout tables (``freq_rows``, ``column_rows``).
         """
-        kept = {name: getattr(self, name) for name in ("cos_sin_cache", "inv_freq")}
+        kept = {name: getattr(self, name) for name in _BUFFERS}
         cast = _float_cast_of(fn)
         super()._apply(fn, recurse)
         for name, before in kept.items():
@@ -276,7 +283,10 @@ class MRotaryEmbedding(nn.Module):
     def _exact_buffer(self, name: str) -> torch.Tensor:
         if name == "cos_sin_cache":
             return build_cos_sin_cache(self.max_position, self.rotary_dim, self.base)
-        return _inv_freq(self.rotary_dim, self.base)
+        if name == "inv_freq":
+            return _inv_freq(self.rotary_dim, self.base)
+        rows = section_rows(self.layout, self.mrope_section)
+        return torch.tensor(rows if name == "freq_rows" else rows + rows, dtype=torch.int64)
 
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
@@ -341,7 +351,9 @@ class MRotaryEmbedding(nn.Module):
             _check_qk(self, query, key, seq_lens.shape[0])
             if self.check_positions:
                 self._check_range(seq_lens - 1 + deltas)
-            mrope_rotary_decode_inplace(self, seq_lens, deltas, query, key)
+            mrope_rotary_decode_inplace(
+                query, key, seq_lens, deltas, self.cos_sin_cache, self.head_size, self.is_neox_style
+            )
             return query, key
         positions = seq_lens - 1 + deltas
         apply_mrope_inplace(self, positions, query, key)
@@ -392,23 +404,36 @@ class MRotaryEmbedding(nn.Module):
         Returns
         -------
         tuple of torch.Tensor
-            ``cos, sin``, each shape ``(num_tokens, rotary_dim // 2)``, float32.
+            ``cos, sin``, each shape ``(num_tokens, rotary_dim // 2)``, float32 (views of one
+            ``(num_tokens, rotary_dim)`` tensor).
         """
+        rows = self._cos_sin_rows(positions)
         half = self.rotary_dim // 2
-        if positions.ndim == 1:
-            positions = positions[None, :]
-            per_freq = positions.expand(half, -1)
-        else:
-            per_freq = positions.index_select(0, self.freq_rows.to(positions.device))
-        per_freq = per_freq.t()  # (num_tokens, half)
+        return rows[:, :half], rows[:, half:]
+
+    def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """``[cos | sin]`` of every token, shape ``(num_tokens, rotary_dim)``, float32 (see :meth:`cos_sin`).
+
+        Integer positions take two gathers whatever the layout: the cache rows of all three position
+        rows, then the row of each column (``column_rows``, computed at construction).
+        """
+        device = positions.device
         if positions.is_floating_point():
-            freqs = per_freq.float() * self.inv_freq.to(positions.device)
-            return freqs.cos(), freqs.sin()
-        if per_freq.dtype not in (torch.int64, torch.int32):
-            per_freq = per_freq.long()  # int8/int16 cannot index
-        cache = self.cos_sin_cache.to(positions.device)
-        cols = torch.arange(half, device=positions.device)
-        return cache[per_freq, cols], cache[per_freq, cols + half]
+            if positions.ndim == 1:
+                per_freq = positions[None, :].expand(self.rotary_dim // 2, -1)
+            else:
+                per_freq = positions.index_select(0, self.freq_rows.to(device))
+            freqs = per_freq.t().float() * self.inv_freq.to(device)  # (num_tokens, rotary_dim // 2)
+            return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+        if positions.dtype not in (torch.int64, torch.int32):
+            positions = positions.long()  # int8/int16 cannot index
+        cache = self.cos_sin_cache.to(device)
+        if positions.ndim == 1:
+            return cache.index_select(0, positions)
+        num_tokens = positions.shape[1]
+        rows = cache.index_select(0, positions.reshape(-1)).view(3, num_tokens, self.rotary_dim)
+        columns = self.column_rows.to(device)[None, None, :].expand(1, num_tokens, -1)
+        return rows.gather(0, columns)[0]
 
 
 def _float_cast_of(fn: Any) -> torch.dtype | None:
@@ -513,21 +538,70 @@ def _check_decode(seq_lens: Any, deltas: Any, query: torch.Tensor) -> tuple[torc
     return seq_lens, deltas
 
 
-def _rotate_native(
-    rope: MRotaryEmbedding, cos_sin: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor
-) -> list:
-    """``(destination view, rotated float32 values)`` pairs for one of query/key; writes nothing."""
-    heads = x.view(x.shape[0], x.shape[1] // rope.head_size, rope.head_size) if x.ndim == 2 else x
-    rot = heads[..., : rope.rotary_dim]
-    if rope.is_neox_style:
-        half = rope.rotary_dim // 2
-        dst1, dst2 = rot[..., :half], rot[..., half:]
-    else:
-        dst1, dst2 = rot[..., 0::2], rot[..., 1::2]
+#: Elements of each work buffer of the CPU path (2 MiB in float32). Rotating a chunk of tokens at a
+#: time keeps its rows in the core's cache between the passes; whole-tensor temporaries spill to memory
+#: and page-fault on every call (three times slower in bfloat16).
+_CHUNK_ELEMENTS = 1 << 19
+
+
+def _halves(rot: torch.Tensor, is_neox_style: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two channel sets of each rotated pair: NeoX halves, or GPT-J even and odd channels."""
+    if is_neox_style:
+        half = rot.shape[-1] // 2
+        return rot[..., :half], rot[..., half:]
+    return rot[..., 0::2], rot[..., 1::2]
+
+
+def _heads(x: torch.Tensor, head_size: int) -> torch.Tensor:
+    """``x`` as ``(num_tokens, num_heads, head_size)`` (a view)."""
+    return x.view(x.shape[0], x.shape[1] // head_size, head_size) if x.ndim == 2 else x
+
+
+def _rotate_inplace(
+    x: torch.Tensor, cos_sin: torch.Tensor, head_size: int, rotary_dim: int, is_neox_style: bool
+) -> None:
+    """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place with ``cos_sin``.
+
+    ``cos_sin`` is ``(num_tokens, rotary_dim)`` ``[cos | sin]``. The arithmetic is float32 (float64 for
+    float64 ``x``), ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` with each product rounded, as
+    transformers computes in float32, and the result rounds once to ``x``'s dtype. On the CPU the tokens
+    go in chunks through reused work buffers that stay in cache; elsewhere, and under torch.compile
+    (which fuses the ops), in one chunk.
+    """
+    heads = _heads(x, head_size)
+    num_tokens, num_heads = heads.shape[0], heads.shape[1]
+    if num_tokens == 0:
+        return
+    half = rotary_dim // 2
     compute = torch.promote_types(x.dtype, torch.float32)  # float32, or float64 for float64 inputs
-    cos, sin = (c[:, None, :].to(compute) for c in cos_sin)
-    x1, x2 = dst1.to(compute), dst2.to(compute)
-    return [(dst1, x1 * cos - x2 * sin), (dst2, x2 * cos + x1 * sin)]
+    cos_sin = cos_sin.to(compute)
+    chunk = num_tokens
+    if heads.device.type == "cpu" and not torch.compiler.is_compiling():
+        chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
+    in_place = x.dtype == compute  # else: rotate a float32 copy, round it back once
+    work = torch.empty((chunk, num_heads, half if in_place else rotary_dim), dtype=compute, device=x.device)
+    out = None if in_place else torch.empty((chunk, num_heads, rotary_dim), dtype=compute, device=x.device)
+    product = torch.empty((chunk, num_heads, half), dtype=compute, device=x.device)
+    for start in range(0, num_tokens, chunk):
+        stop = min(start + chunk, num_tokens)
+        size = stop - start
+        rot = heads[start:stop, :, :rotary_dim]
+        cos, sin = cos_sin[start:stop, None, :half], cos_sin[start:stop, None, half:]
+        prod = product[:size]
+        if out is None:
+            x1, x2 = _halves(rot, is_neox_style)
+            saved = work[:size].copy_(x1)
+            x1.mul_(cos)
+            x1.sub_(torch.mul(x2, sin, out=prod))
+            x2.mul_(cos)
+            x2.add_(torch.mul(saved, sin, out=prod))
+        else:
+            src = work[:size].copy_(rot)
+            dst = out[:size]
+            (x1, x2), (y1, y2) = _halves(src, is_neox_style), _halves(dst, is_neox_style)
+            torch.mul(x1, cos, out=y1).sub_(torch.mul(x2, sin, out=prod))
+            torch.mul(x2, cos, out=y2).add_(torch.mul(x1, sin, out=prod))
+            rot.copy_(dst)
 
 
 def apply_mrope_inplace(
@@ -549,13 +623,14 @@ def apply_mrope_inplace(
 
         if rope.check_positions:
             rope._check_range(positions)
-        mrope_rotary_inplace(rope, positions, query, key)
+        mrope_rotary_inplace(
+            query, key, positions, rope.cos_sin_cache, rope.freq_rows, rope.head_size, rope.is_neox_style
+        )
         return
-    cos_sin = rope.cos_sin(rope._checked_or_clamped(positions))
-    writes = _rotate_native(rope, cos_sin, query) + _rotate_native(rope, cos_sin, key)
+    cos_sin = rope._cos_sin_rows(rope._checked_or_clamped(positions))
     with torch.no_grad():
-        for dst, value in writes:
-            dst.copy_(value)
+        for x in (query, key):
+            _rotate_inplace(x, cos_sin, rope.head_size, rope.rotary_dim, rope.is_neox_style)
 
 
 def apply_mrope(
@@ -581,11 +656,15 @@ def apply_mrope(
     """
     positions = _check_positions(positions, query)
     _check_qk(rope, query, key, positions.shape[-1])
-    outs, cos_sin = [], rope.cos_sin(rope._checked_or_clamped(positions))
+    outs, cos_sin = [], rope._cos_sin_rows(rope._checked_or_clamped(positions))
+    half = rope.rotary_dim // 2
     for x in (query, key):
         num_heads = x.shape[1] // rope.head_size if x.ndim == 2 else x.shape[1]
         heads = x.reshape(x.shape[0], num_heads, rope.head_size)
-        (_, o1), (_, o2) = _rotate_native(rope, cos_sin, heads)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = cos_sin[:, None, :half].to(compute), cos_sin[:, None, half:].to(compute)
+        x1, x2 = (h.to(compute) for h in _halves(heads[..., : rope.rotary_dim], rope.is_neox_style))
+        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # the arithmetic of _rotate_inplace
         rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
         out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
         outs.append(out.reshape(x.shape))

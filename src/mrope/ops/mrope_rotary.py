@@ -1,25 +1,23 @@
 """Fused M-RoPE rotation of query and key: one Triton program per token, all heads, in place.
 
 Each program reads its token's positions (three rows, one row, or ``seq_lens - 1 + delta`` for
-decode), picks the row of every frequency from the layout, gathers cos and sin from the float32
-``[cos | sin]`` cache, and rotates the first ``rotary_dim`` channels of every query and key head in
-float32, storing the result rounded once to the input dtype. Channels past ``rotary_dim`` are not
-touched. The kernel does not differentiate (inference path); use :func:`mrope.rotary.apply_mrope`
-for gradients.
+decode), takes the row of every frequency from ``freq_rows`` (the layout, computed once by the module),
+gathers cos and sin from the float32 ``[cos | sin]`` cache, and rotates the first ``rotary_dim``
+channels of every query and key head in float32, storing the result rounded once to the input dtype.
+Channels past ``rotary_dim`` are not touched. The kernel does not differentiate (inference path); use
+:func:`mrope.rotary.apply_mrope` for gradients.
+
+The entry points take tensors and ints only, and are ``torch.library`` custom ops (``mrope::rotary_qk``
+and ``mrope::rotary_qk_decode``) with fake implementations, so ``torch.compile`` traces them as one
+node that mutates query and key.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 import triton
 import triton.language as tl
 
-if TYPE_CHECKING:
-    from ..rotary import MRotaryEmbedding
-
-_LAYOUT_IDS = {"chunked": 0, "interleaved": 1, "ernie": 2}
 _POS_3D, _POS_1D, _POS_DECODE = 0, 1, 2
 
 
@@ -62,6 +60,7 @@ def _mrope_rotary_kernel(
     cache_ptr,
     pos_ptr,
     delta_ptr,
+    rows_ptr,
     q_row_stride,
     q_head_stride,
     k_row_stride,
@@ -76,10 +75,6 @@ def _mrope_rotary_kernel(
     KV_HEADS_PAD: tl.constexpr,
     HALF: tl.constexpr,
     HALF_PAD: tl.constexpr,
-    SECTION_0: tl.constexpr,
-    SECTION_1: tl.constexpr,
-    SECTION_2: tl.constexpr,
-    LAYOUT: tl.constexpr,
     IS_NEOX: tl.constexpr,
     POS_MODE: tl.constexpr,
 ):
@@ -94,16 +89,7 @@ def _mrope_rotary_kernel(
     elif POS_MODE == 1:
         pos = tl.zeros([HALF_PAD], dtype=tl.int64) + tl.load(pos_ptr + tok * pos_tok_stride).to(tl.int64)
     else:
-        if LAYOUT == 0:  # chunked (t, h, w)
-            row = (freq >= SECTION_0).to(tl.int64) + (freq >= SECTION_0 + SECTION_1).to(tl.int64)
-        elif LAYOUT == 1:  # interleaved (t, h, w): T,H,W,T,H,W,... then t
-            m = freq % 3
-            row = tl.where(
-                (m == 1) & (freq < 3 * SECTION_1), 1, tl.where((m == 2) & (freq < 3 * SECTION_2), 2, 0)
-            )
-            row = row.to(tl.int64)
-        else:  # ernie (h, w, t): h and w alternate, then t
-            row = tl.where(freq < SECTION_0 + SECTION_1, 1 + freq % 2, 0).to(tl.int64)
+        row = tl.load(rows_ptr + freq, mask=freq_mask, other=0).to(tl.int64)  # 0 t, 1 h, 2 w
         pos = tl.load(pos_ptr + row * pos_row_stride + tok * pos_tok_stride, mask=freq_mask, other=0).to(
             tl.int64
         )
@@ -149,12 +135,15 @@ def _head_strides(x: torch.Tensor, head_size: int) -> tuple[int, int, int]:
 
 
 def _launch(
-    rope: MRotaryEmbedding,
     query: torch.Tensor,
     key: torch.Tensor,
     pos: torch.Tensor,
     pos_row_stride: int,
     delta: torch.Tensor,
+    freq_rows: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    is_neox_style: bool,
     pos_mode: int,
 ) -> None:
     work = []
@@ -162,23 +151,23 @@ def _launch(
         # the kernel needs unit stride along channels; anything else is rotated in a copy and written back
         work.append(x if x.stride(-1) == 1 else x.contiguous())
     q, k = work
-    num_q_heads, q_row, q_head = _head_strides(q, rope.head_size)
-    num_kv_heads, k_row, k_head = _head_strides(k, rope.head_size)
+    num_q_heads, q_row, q_head = _head_strides(q, head_size)
+    num_kv_heads, k_row, k_head = _head_strides(k, head_size)
     num_tokens = q.shape[0]
-    cache = rope.cos_sin_cache
-    if cache.device != q.device:
+    if cos_sin_cache.device != q.device:
         raise ValueError(
-            f"cos_sin_cache is on {cache.device}, query on {q.device}: move the module with .to()"
+            f"cos_sin_cache is on {cos_sin_cache.device}, query on {q.device}: move the module with .to()"
         )
-    half = rope.rotary_dim // 2
+    half = cos_sin_cache.shape[1] // 2
     heads_max = max(num_q_heads, num_kv_heads)
     if num_tokens:
         _mrope_rotary_kernel[(num_tokens,)](
             q,
             k,
-            cache,
+            cos_sin_cache,
             pos,
             delta,
+            freq_rows,
             q_row,
             q_head,
             k_row,
@@ -186,18 +175,14 @@ def _launch(
             pos_row_stride,
             pos.stride(-1),
             delta.stride(0) if delta.ndim else 0,
-            rope.max_position,
+            cos_sin_cache.shape[0],
             NUM_Q_HEADS=num_q_heads,
             NUM_KV_HEADS=num_kv_heads,
             Q_HEADS_PAD=triton.next_power_of_2(num_q_heads),
             KV_HEADS_PAD=triton.next_power_of_2(num_kv_heads),
             HALF=half,
             HALF_PAD=triton.next_power_of_2(half),
-            SECTION_0=rope.mrope_section[0],
-            SECTION_1=rope.mrope_section[1],
-            SECTION_2=rope.mrope_section[2],
-            LAYOUT=_LAYOUT_IDS[rope.layout],
-            IS_NEOX=rope.is_neox_style,
+            IS_NEOX=is_neox_style,
             POS_MODE=pos_mode,
             num_warps=8 if heads_max * half >= 4096 else 4,
         )
@@ -206,21 +191,36 @@ def _launch(
             x.copy_(w)
 
 
+@torch.library.custom_op("mrope::rotary_qk", mutates_args=("query", "key"))
 def mrope_rotary_inplace(
-    rope: MRotaryEmbedding, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
+    query: torch.Tensor,
+    key: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    freq_rows: torch.Tensor,
+    head_size: int,
+    is_neox_style: bool,
 ) -> None:
     """Rotate ``query`` and ``key`` in place in one launch; returns ``None``.
 
     Parameters
     ----------
-    rope : MRotaryEmbedding
-        Supplies ``cos_sin_cache`` (float32, on the device of ``query``), layout, sections and pairing.
-    positions : torch.Tensor
-        Shape ``(3, num_tokens)`` or ``(num_tokens,)``, integer, any strides, same device.
     query : torch.Tensor
         Shape ``(num_tokens, num_q_heads * head_size)`` or ``(num_tokens, num_q_heads, head_size)``.
     key : torch.Tensor
         Shape ``(num_tokens, num_kv_heads * head_size)`` or 3-D; same dtype as ``query``.
+    positions : torch.Tensor
+        Shape ``(3, num_tokens)`` or ``(num_tokens,)``, integer, any strides, same device.
+    cos_sin_cache : torch.Tensor
+        Shape ``(max_position, rotary_dim)``, float32 ``[cos | sin]``, contiguous, on the device of
+        ``query``.
+    freq_rows : torch.Tensor
+        Shape ``(rotary_dim // 2,)``, integer, contiguous: the position row (0 t, 1 h, 2 w) of each
+        frequency (:attr:`mrope.MRotaryEmbedding.freq_rows`). Unused for 1-D positions.
+    head_size : int
+        Channels per head; the first ``rotary_dim`` rotate.
+    is_neox_style : bool
+        NeoX pairs ``(i, i + rotary_dim // 2)``, else GPT-J pairs ``(2i, 2i + 1)``.
 
     Notes
     -----
@@ -228,32 +228,76 @@ def mrope_rotary_inplace(
     Positions outside the cache are clamped to it.
     """
     if positions.ndim == 1:
-        _launch(rope, query, key, positions, 0, positions, _POS_1D)
+        _launch(
+            query, key, positions, 0, positions, freq_rows, cos_sin_cache, head_size, is_neox_style, _POS_1D
+        )
     else:
-        _launch(rope, query, key, positions, positions.stride(0), positions, _POS_3D)
+        row_stride = positions.stride(0)
+        _launch(
+            query,
+            key,
+            positions,
+            row_stride,
+            positions,
+            freq_rows,
+            cos_sin_cache,
+            head_size,
+            is_neox_style,
+            _POS_3D,
+        )
 
 
-def mrope_rotary_decode_inplace(
-    rope: MRotaryEmbedding,
-    seq_lens: torch.Tensor,
-    deltas: torch.Tensor,
+@mrope_rotary_inplace.register_fake
+def _rotary_qk_fake(
     query: torch.Tensor,
     key: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    freq_rows: torch.Tensor,
+    head_size: int,
+    is_neox_style: bool,
+) -> None:
+    """Nothing to allocate: the op only mutates ``query`` and ``key``."""
+
+
+@torch.library.custom_op("mrope::rotary_qk_decode", mutates_args=("query", "key"))
+def mrope_rotary_decode_inplace(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    seq_lens: torch.Tensor,
+    deltas: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    is_neox_style: bool,
 ) -> None:
     """Rotate one decode token per request in place at position ``seq_lens[b] - 1 + deltas[b]``.
 
     Parameters
     ----------
-    rope : MRotaryEmbedding
+    query, key : torch.Tensor
+        Shape ``(batch_size, heads * head_size)`` or 3-D.
     seq_lens : torch.Tensor
         Shape ``(batch_size,)``, integer, same device as ``query``.
     deltas : torch.Tensor
         Shape ``(batch_size,)``, integer, any stride.
-    query, key : torch.Tensor
-        Shape ``(batch_size, heads * head_size)`` or 3-D.
+    cos_sin_cache, head_size, is_neox_style
+        As in :func:`mrope_rotary_inplace`.
 
     Notes
     -----
     Decode M-RoPE is 1-D RoPE: all three rows share the position, so the layout does not matter.
     """
-    _launch(rope, query, key, seq_lens, 0, deltas, _POS_DECODE)
+    _launch(query, key, seq_lens, 0, deltas, seq_lens, cos_sin_cache, head_size, is_neox_style, _POS_DECODE)
+
+
+@mrope_rotary_decode_inplace.register_fake
+def _rotary_qk_decode_fake(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    seq_lens: torch.Tensor,
+    deltas: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    head_size: int,
+    is_neox_style: bool,
+) -> None:
+    """Nothing to allocate: the op only mutates ``query`` and ``key``."""
