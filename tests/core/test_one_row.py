@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import peers
 from _reference import stream_positions
-from mrope import from_config, peers
+from mrope import from_config
 from mrope.core import (
     FEW_BLOCKS,
     block_rows,

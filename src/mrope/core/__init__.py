@@ -10,12 +10,14 @@ any token indices from that table.
 from .blocks import Blocks, locate_items
 from .one_row import FEW_BLOCKS, BlockRow, block_rows, blocks_from_rows, render_one_row, segments_one_row
 from .place import COMPATS, Placed, place
-from .render import SegmentTable, build_segments, render, render_all
+from .render import build_segments, render, render_all
+from .segments import FIELDS, SegmentTable, render_formula, render_offsets
 
 __all__ = [
     "FEW_BLOCKS",
     "BlockRow",
     "COMPATS",
+    "FIELDS",
     "Blocks",
     "Placed",
     "SegmentTable",
@@ -26,6 +28,8 @@ __all__ = [
     "place",
     "render",
     "render_all",
+    "render_formula",
+    "render_offsets",
     "render_one_row",
     "segments_one_row",
 ]

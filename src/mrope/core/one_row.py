@@ -20,7 +20,8 @@ import numpy as np
 
 from .blocks import Blocks, empty_blocks
 from .place import MAX_POSITION, check_max_position, temporal_index
-from .render import SegmentTable, _workspace
+from .render import workspace
+from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, SegmentTable, render_offsets
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
 
@@ -52,16 +53,16 @@ _planes_lock = threading.Lock()
 
 
 def _plane(height: int, width: int) -> np.ndarray:
-    """t (0), h and w offsets of one frame's tokens, (3, height * width), read-only; from a cache of
-    planes bounded by ``PLANE_CACHE_BYTES``."""
+    """The positions of one frame's tokens at base 0, (3, height * width), read-only: the render formula
+    of a frame segment (t0 = hw0 = 0), which a block translates by its base (the formula is affine in
+    t0 and hw0); from a cache of planes bounded by ``PLANE_CACHE_BYTES``."""
     global _planes_bytes
     key = (height, width)
     plane = _planes.get(key)  # a hit takes no lock (a dict read is atomic) and keeps the order
     if plane is not None:
         return plane
-    plane = np.zeros((3, height * width), dtype=np.int64)
-    plane[1] = np.arange(height, dtype=np.int64).repeat(width)
-    plane[2] = np.tile(np.arange(width, dtype=np.int64), height)
+    offset = np.arange(height * width, dtype=np.int64)
+    plane = np.array(render_offsets(offset, np.zeros_like(offset), 0, width, 0))
     plane.flags.writeable = False
     if plane.nbytes <= PLANE_CACHE_BYTES // 4:
         with _planes_lock:
@@ -93,7 +94,7 @@ def _place(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list[_Pl
             t = None
             extent = height if height > width else width
         else:
-            t = temporal_index(_workspace.range(frames), interval)
+            t = temporal_index(workspace.range(frames), interval)
             extent = max(int(t[-1]) + 1, height, width)
         if base + extent > reach:
             reach = base + extent - 1
@@ -111,9 +112,9 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
     the vision blocks ``rows`` (sorted, not overlapping, inside the row)."""
     placed, shift, delta = _place(rows, length, compat)
     out = np.empty((3, length), dtype=np.int64)
-    # text positions are copied from one cached arange (a copy costs less than adding a scalar); no
-    # position reaches length + delta
-    arange = _workspace.range(length + delta)
+    # a text run at base b is the formula's b + o on all rows: copied from one cached arange (a copy
+    # costs less than adding a scalar); no position reaches length + delta
+    arange = workspace.range(length + delta)
     cursor = 0
     for start, end, base, frames, height, width, t in placed:
         if start > cursor:
@@ -135,7 +136,7 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
     blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
     ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores."""
     placed, shift, delta = _place(rows, length, compat)
-    flat: list[int] = []  # (start, t0, hw0, width, is_text, origin) of each segment, in order
+    flat: list[int] = []  # the FIELDS of each segment, segment after segment
     pieces: list[np.ndarray] = []  # (6, n) runs of segments, in order (multi-frame blocks)
     cursor = 0
     for start, end, base, frames, height, width, t in placed:
@@ -149,11 +150,11 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
                 pieces.append(_columns(flat))
                 flat = []
             frame = np.empty((6, frames), dtype=np.int64)
-            np.multiply(_workspace.range(frames), height * width, out=frame[0])
-            frame[0] += start
-            np.add(t, base, out=frame[1])
-            frame[2:5] = [[base], [width], [0]]
-            frame[5] = frame[0]
+            np.multiply(workspace.range(frames), height * width, out=frame[START])
+            frame[START] += start
+            np.add(t, base, out=frame[T0])
+            frame[HW0 : IS_TEXT + 1] = [[base], [width], [0]]
+            frame[ORIGIN] = frame[START]
             pieces.append(frame)
         cursor = end
     if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment
@@ -165,8 +166,9 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
 
 
 def _columns(flat: list[int]) -> np.ndarray:
-    """Segments given field after field, segment after segment, as a (6, n) array (a view)."""
-    return np.array(flat, dtype=np.int64).reshape(-1, 6).T
+    """Segments given field after field (:data:`FIELDS`), segment after segment, as a (6, n) array (a
+    view)."""
+    return np.array(flat, dtype=np.int64).reshape(-1, len(FIELDS)).T
 
 
 def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:

@@ -46,7 +46,10 @@ serves every caller:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeVar
+
+import numpy as np
 
 #: the rows of a segment table, in order (the row order of :class:`mrope.core.SegmentTable` and of the
 #: serving pool)
@@ -55,6 +58,66 @@ START, T0, HW0, WIDTH, IS_TEXT, ORIGIN = range(6)
 FIELDS = ("start", "t0", "hw0", "width", "is_text", "origin")
 #: rows of a table without ``ORIGIN`` (``origin = start``)
 NUM_BASE_FIELDS = ORIGIN
+
+
+@dataclass(slots=True)
+class SegmentTable:
+    """A stream's segments, one per column of ``data``, sorted by start: the rows ``START ... IS_TEXT``
+    and, optionally, ``ORIGIN`` (int64; float64 holding float32 ``T0``/``HW0`` values for Qwen3-Omni).
+
+    ``length`` is the number of tokens the table covers (the stream length); the last segment runs to
+    it. Memory is O(blocks + frames), not O(tokens). ``compact``: no segment is empty (each holds at
+    least one token), as the one-prompt path builds them; other builders may leave empty ones (a
+    token's segment is then the last one starting at or before it).
+    """
+
+    data: np.ndarray
+    length: int
+    compact: bool = False
+
+    @property
+    def num_segments(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def has_origin(self) -> bool:
+        """Whether the table has an ``ORIGIN`` row (else offsets count from ``START``)."""
+        return self.data.shape[0] > ORIGIN
+
+    @property
+    def is_float(self) -> bool:
+        """Whether ``T0`` and ``HW0`` hold fractional (float32) values: positions are then float32."""
+        return self.data.dtype.kind == "f"
+
+    @property
+    def start(self) -> np.ndarray:
+        return self.data[START]
+
+    @property
+    def t0(self) -> np.ndarray:
+        return self.data[T0]
+
+    @property
+    def hw0(self) -> np.ndarray:
+        return self.data[HW0]
+
+    @property
+    def width(self) -> np.ndarray:
+        return self.data[WIDTH]
+
+    @property
+    def is_text(self) -> np.ndarray:
+        return self.data[IS_TEXT]
+
+    @property
+    def origin_row(self) -> int:
+        """The row offsets count from: ``ORIGIN`` if the table has it, else ``START``."""
+        return ORIGIN if self.data.shape[0] > ORIGIN else START
+
+    @property
+    def origin(self) -> np.ndarray:
+        return self.data[self.origin_row]
+
 
 Value = TypeVar("Value")  # a Python or numpy scalar, a numpy array or a torch tensor
 

@@ -25,7 +25,7 @@ from .._backends import to_int_array
 from .._errors import MRopeError
 from ..core import SegmentTable, render_all
 from ..core.place import check_max_position
-from ..core.render import _FIELDS
+from ..core.segments import FIELDS
 from ._base import Family
 
 IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
@@ -46,7 +46,7 @@ class Items:
 
 
 class SegmentBuilder:
-    """Collects segments (rows ``_FIELDS`` plus ``origin``) and assembles the table.
+    """Collects segments (rows ``FIELDS``) and assembles the table.
 
     ``dtype`` is int64, or float64 holding float32 values (Qwen3-Omni)."""
 
@@ -59,7 +59,7 @@ class SegmentBuilder:
         start = np.atleast_1d(np.asarray(start, dtype=np.int64))
         if not start.size:
             return
-        part = np.empty((len(_FIELDS) + 1, start.size), dtype=self.dtype)
+        part = np.empty((len(FIELDS), start.size), dtype=self.dtype)
         part[0] = start
         part[1] = t0
         part[2] = hw0
