@@ -1,20 +1,27 @@
-"""Hypothesis strategies and prompt builders shared by mrope's tests.
+"""Hypothesis strategies and prompt builders shared by mrope's tests: the one prompt generator.
 
-- :class:`Prompt` is one tokenized prompt with its grids, laid out as the family's processor lays
-  it out; :func:`build_prompt` builds one from parts (text, :class:`Image`, :class:`Video`) and
-  :func:`prompts` generates random ones for a family.
+- :class:`Prompt` is one tokenized prompt with its grids (and, for the Omni families, its audio lengths),
+  laid out as the family's processor lays it out; :func:`build_prompt` builds one from parts (text,
+  :class:`Image`, :class:`Video`, :class:`Audio`) and :func:`prompts` generates random ones for a family.
 - :func:`pad_batch` pads prompts left or right into a :class:`Batch` (ids plus attention_mask,
   grids of all rows in row order); :func:`batches` generates them.
 - :func:`streams` generates raw core inputs (rows of text runs and vision blocks) for the core tests.
 
 Grids are drawn *after* merging (H', W') and multiplied by the family's merge size, so every grid
-is valid; layouts per family:
+is valid; layouts (:func:`layout_kind`) per family:
 
-- Qwen2-VL, Qwen2.5-VL: ``vision_start, pads * (T*H'*W'), vision_end`` for images and videos.
-- Qwen3-VL(-MoE): images the same; a video of T frames is T groups
-  ``<timestamp text> vision_start, video pads * (H'*W'), vision_end``.
-- GLM-4.1V/4.5V: images ``image_start, image pads, image_end``; a video is ``video_start``, then per
-  frame ``image_start, image pads * (H'*W'), image_end, <timestamp text>``, then ``video_end``.
+- ``whole`` (Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL): ``vision_start, pads * (T*H'*W'), vision_end`` for
+  images and videos.
+- ``frames`` (Qwen3-VL(-MoE), Qwen3.5, Cosmos3, Cohere Compass): images the same; a video of T frames is
+  T groups ``<timestamp text> vision_start, video pads * (H'*W'), vision_end``.
+- ``glm`` (GLM-4.1V/4.5V/4.6V, GLM-OCR): images ``image_start, image pads, image_end``; a video is
+  ``video_start``, then per frame ``image_start, image pads * (H'*W'), image_end, <timestamp text>``,
+  then ``video_end``.
+- ``ernie`` (Ernie-4.5-VL): images ``image_start, image pads, image_end``; a video ``video_start, video
+  pads * (T/temporal_merge_size*H'*W'), video_end`` (T a multiple of the temporal merge).
+- ``omni`` (Qwen2.5-Omni, Qwen3-Omni thinkers): images and videos as ``whole``; an audio ``audio_start,
+  audio pads, audio_end``; a video with its audio (``use_audio_in_video``) ``vision_start, audio_start,
+  video pads, audio pads, audio_end, vision_end``.
 """
 
 from __future__ import annotations
@@ -28,11 +35,35 @@ from hypothesis import strategies as st
 
 from mrope.core import Blocks
 
-# ids that no family treats as special
-TEXT_IDS = st.integers(0, 1000)
+# ids that no family treats as special (Cosmos3-Edge's special ids lie below 100)
+TEXT_IDS = st.integers(100, 1000)
 # fractional and awkward second_per_grid_ts values (as the processor's float32), plus 0 and whole seconds
 # (0.7: k * 1.4 truncates differently in float32 and float64, 7 vs 6 at k = 5)
-SECONDS = (0.5, 1.3, 0.25, 2.7, 0.7, 1.0, 2.0, 0.0, 0.1, 1 / 3)
+SECONDS = (0.5, 1.3, 0.25, 2.7, 0.7, 1.0, 2.0, 0.0, 0.1, 1 / 3, 4.0, 5.5)
+
+# model_type -> how its processor lays out images and videos (see the module docstring)
+LAYOUTS = {
+    "qwen2_vl": "whole",
+    "qwen2_5_vl": "whole",
+    "paddleocr_vl": "whole",
+    "qwen3_vl": "frames",
+    "qwen3_vl_moe": "frames",
+    "qwen3_5": "frames",
+    "qwen3_5_moe": "frames",
+    "qwen4_exp": "frames",
+    "cosmos3_edge": "frames",
+    "cosmos3_omni": "frames",
+    "cohere_compass": "frames",
+    "glm4v": "glm",
+    "glm4v_moe": "glm",
+    "glm46v": "glm",
+    "glm_ocr": "glm",
+    "ernie4_5_vl_moe": "ernie",
+    "qwen2_5_omni": "omni",
+    "qwen2_5_omni_thinker": "omni",
+    "qwen3_omni_moe": "omni",
+    "qwen3_omni_moe_thinker": "omni",
+}
 
 
 def f32(x: float) -> float:
@@ -42,98 +73,126 @@ def f32(x: float) -> float:
 
 @dataclass(frozen=True)
 class Image:
-    """An image of merged size H' x W' (grid ``(1, H'*merge, W'*merge)``)."""
+    """An image of merged size H' x W' (grid ``(frames, H'*merge, W'*merge)``; processors give 1 frame)."""
 
     height: int
     width: int
+    frames: int = 1
 
 
 @dataclass(frozen=True)
 class Video:
     """A video of T frames of merged size H' x W'; ``timestamps[k]``: text ids before/after frame k
-    (families that split frames; missing entries are empty)."""
+    (families that split frames; missing entries are empty); ``audio``: the length (``audio_seqlens``
+    entry) of the audio it carries (Omni, ``use_audio_in_video``), or None."""
 
     frames: int
     height: int
     width: int
     timestamps: tuple[tuple[int, ...], ...] = ()
+    audio: int | None = None
 
     def timestamp(self, k: int) -> list[int]:
         return list(self.timestamps[k]) if k < len(self.timestamps) else []
 
 
-Part = Sequence[int] | Image | Video
+@dataclass(frozen=True)
+class Audio:
+    """An audio of ``seqlen`` feature frames (its ``audio_seqlens`` entry; Omni families only)."""
+
+    seqlen: int
+
+
+Part = Sequence[int] | Image | Video | Audio
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: token ids and the grids (before merging) of its images and videos, in order."""
+    """One prompt: token ids and the grids (before merging) of its images and videos, in order; for the
+    Omni families also its audio lengths (a list, None for other families) and ``use_audio_in_video``."""
 
     input_ids: list[int]
     image_grid_thw: list[list[int]]
     video_grid_thw: list[list[int]]
     second_per_grid_ts: list[float] | None = None
+    audio_seqlens: list[int] | None = None
+    use_audio_in_video: bool = False
 
     def kwargs(self, kind: str = "list") -> dict[str, Any]:
-        """Grids and times as keyword arguments (``None`` where empty) as lists, numpy or torch.
+        """Grids, times (and Omni's audio inputs) as keyword arguments (``None`` where empty) as lists,
+        numpy or torch.
 
-        torch: int64 grids and float32 times, as the processors produce them."""
+        torch: int64 grids and audio lengths, float32 times, as the processors produce them."""
+        if kind not in ("list", "numpy", "torch"):
+            raise ValueError(f"kind must be list, numpy or torch, got {kind!r}")
         out: dict[str, Any] = {
             "image_grid_thw": self.image_grid_thw or None,
             "video_grid_thw": self.video_grid_thw or None,
             "second_per_grid_ts": self.second_per_grid_ts,
         }
-        if kind == "list":
-            return out
-        if kind == "numpy":
-            dtypes = {
-                "image_grid_thw": np.int64,
-                "video_grid_thw": np.int64,
-                "second_per_grid_ts": np.float32,
-            }
-            return {k: None if v is None else np.asarray(v, dtype=dtypes[k]) for k, v in out.items()}
-        if kind == "torch":
-            import torch
-
-            dtypes = {
-                "image_grid_thw": torch.int64,
-                "video_grid_thw": torch.int64,
-                "second_per_grid_ts": torch.float32,
-            }
-            return {k: None if v is None else torch.tensor(v, dtype=dtypes[k]) for k, v in out.items()}
-        raise ValueError(f"kind must be list, numpy or torch, got {kind!r}")
+        if self.audio_seqlens is not None:
+            out["audio_seqlens"] = self.audio_seqlens or None
+        if kind != "list":
+            out = {k: None if v is None else _as_array(k, v, kind) for k, v in out.items()}
+        if self.audio_seqlens is not None:
+            out["use_audio_in_video"] = self.use_audio_in_video
+        return out
 
     def describe(self) -> str:
         """A short summary for assertion messages (hypothesis prints the full example)."""
+        audio = "" if self.audio_seqlens is None else f", audio_seqlens={self.audio_seqlens}"
         return (
             f"L={len(self.input_ids)}, images={self.image_grid_thw}, videos={self.video_grid_thw}, "
-            f"second_per_grid_ts={self.second_per_grid_ts}"
+            f"second_per_grid_ts={self.second_per_grid_ts}{audio}"
+            + (", use_audio_in_video" if self.use_audio_in_video else "")
         )
 
 
+def _as_array(name: str, values: Any, kind: str) -> Any:
+    """``values`` of the keyword ``name`` as the processors give it: float32 times, int64 otherwise."""
+    floating = name == "second_per_grid_ts"
+    if kind == "numpy":
+        return np.asarray(values, dtype=np.float32 if floating else np.int64)
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32 if floating else torch.int64)
+
+
 def layout_kind(family: Any) -> str:
-    """``"whole"`` (Qwen2/2.5-VL), ``"frames"`` (Qwen3-VL) or ``"glm"``: how the family lays out videos."""
-    if family.model_type.startswith("glm4v"):
-        return "glm"
-    if family.model_type.startswith("qwen3_vl"):
-        return "frames"
-    return "whole"
+    """How the family lays out its items: ``whole``, ``frames``, ``glm``, ``ernie`` or ``omni``."""
+    if family.model_type not in LAYOUTS:
+        raise KeyError(f"no prompt layout for {family.model_type}: add it to strategies.LAYOUTS")
+    return LAYOUTS[family.model_type]
 
 
 def marker_ids(family: Any) -> dict[str, int]:
     """The family's marker token ids (from its config, with the released defaults)."""
     cfg = family.config
-    if layout_kind(family) == "glm":
+    kind = layout_kind(family)
+    if kind in ("glm", "ernie"):
         return {
             "image_start": cfg.get("image_start_token_id", 151339),
             "image_end": cfg.get("image_end_token_id", 151340),
-            "video_start": family.video_start_token_id,
-            "video_end": family.video_end_token_id,
+            "video_start": cfg["video_start_token_id"],
+            "video_end": cfg["video_end_token_id"],
+        }
+    if kind == "omni":
+        start, audio_start = family.vision_start_token_id, family.audio_start_token_id
+        return {
+            "vision_start": start,
+            "vision_end": cfg.get("vision_end_token_id", start + 1),
+            "audio_start": audio_start,
+            "audio_end": cfg.get("audio_end_token_id", audio_start + 1),
         }
     return {
         "vision_start": cfg.get("vision_start_token_id", 151652),
         "vision_end": cfg.get("vision_end_token_id", 151653),
     }
+
+
+def audio_tokens(family: Any, seqlen: int) -> int:
+    """Placeholder tokens of an audio of ``seqlen`` feature frames (the family's own rule)."""
+    return int(family.audio_tokens(np.array([seqlen]))[0])
 
 
 def build_prompt(
@@ -142,50 +201,71 @@ def build_prompt(
     second_per_grid_ts: Sequence[float] | None = None,
     *,
     markers: bool = True,
+    use_audio_in_video: bool = False,
 ) -> Prompt:
     """The prompt of ``parts`` as the family's processor lays it out (see the module docstring).
 
-    ``markers=False`` (Qwen2/2.5-VL only) leaves out vision_start/vision_end, so that a block can sit
-    at the very first or last index of the prompt (transformers finds blocks without markers)."""
+    ``markers=False`` (``whole`` layout only) leaves out vision_start/vision_end, so that a block can sit
+    at the very first or last index of the prompt (transformers finds blocks without markers).
+    ``use_audio_in_video`` (Omni): every video carries its audio (``Video.audio``)."""
     kind = layout_kind(family)
     if not markers and kind != "whole":
-        raise ValueError("markers=False is only meaningful for Qwen2-VL and Qwen2.5-VL")
+        raise ValueError("markers=False is only meaningful for the whole layout (Qwen2/2.5-VL, PaddleOCR-VL)")
     merge = family.spatial_merge_size
+    temporal = getattr(family, "temporal_merge_size", 1) if kind == "ernie" else 1
     ids: list[int] = []
     images: list[list[int]] = []
     videos: list[list[int]] = []
+    audios: list[int] = []
     mk = marker_ids(family)
+    image_marks = ("image_start", "image_end") if kind in ("glm", "ernie") else ("vision_start", "vision_end")
 
-    def block(pad: int, n: int, start: int, end: int) -> None:
-        ids.extend(([start] if markers else []) + [pad] * n + ([end] if markers else []))
+    def block(pads: list[int], start: str, end: str) -> None:
+        ids.extend(([mk[start]] if markers else []) + pads + ([mk[end]] if markers else []))
 
     for part in parts:
         if isinstance(part, Image):
-            images.append([1, part.height * merge, part.width * merge])
-            n = part.height * part.width
-            if kind == "glm":
-                block(family.image_token_id, n, mk["image_start"], mk["image_end"])
-            else:
-                block(family.image_token_id, n, mk["vision_start"], mk["vision_end"])
+            images.append([part.frames, part.height * merge, part.width * merge])
+            block([family.image_token_id] * (part.frames * part.height * part.width), *image_marks)
+        elif isinstance(part, Audio):
+            if kind != "omni":
+                raise ValueError(f"{family.model_type} takes no audio")
+            audios.append(part.seqlen)
+            block([family.audio_token_id] * audio_tokens(family, part.seqlen), "audio_start", "audio_end")
         elif isinstance(part, Video):
             videos.append([part.frames, part.height * merge, part.width * merge])
             plane = part.height * part.width
-            if kind == "whole":
-                block(family.video_token_id, part.frames * plane, mk["vision_start"], mk["vision_end"])
-            elif kind == "frames":
-                for k in range(part.frames):
-                    ids.extend(part.timestamp(k))
-                    block(family.video_token_id, plane, mk["vision_start"], mk["vision_end"])
-            else:
+            if part.frames % temporal:
+                raise ValueError(f"{part.frames} frames are not a multiple of temporal_merge_size {temporal}")
+            if kind == "glm":  # frames of image tokens inside the video markers
                 ids.append(mk["video_start"])
                 for k in range(part.frames):
-                    block(family.image_token_id, plane, mk["image_start"], mk["image_end"])
+                    block([family.image_token_id] * plane, "image_start", "image_end")
                     ids.extend(part.timestamp(k))
                 ids.append(mk["video_end"])
+                continue
+            pads = [family.video_token_id] * (part.frames // temporal * plane)
+            if kind == "omni" and use_audio_in_video:
+                if part.audio is None:
+                    raise ValueError("use_audio_in_video: every video needs its audio (Video.audio)")
+                audios.append(part.audio)
+                audio = [family.audio_token_id] * audio_tokens(family, part.audio)
+                ids.extend(
+                    [mk["vision_start"], mk["audio_start"], *pads, *audio, mk["audio_end"], mk["vision_end"]]
+                )
+            elif kind in ("whole", "omni"):
+                block(pads, "vision_start", "vision_end")
+            elif kind == "ernie":
+                block(pads, "video_start", "video_end")
+            else:  # frames
+                for k in range(part.frames):
+                    ids.extend(part.timestamp(k))
+                    block([family.video_token_id] * plane, "vision_start", "vision_end")
         else:
             ids.extend(int(i) for i in part)
     seconds = None if second_per_grid_ts is None else [f32(s) for s in second_per_grid_ts]
-    return Prompt(ids, images, videos, seconds)
+    audio_seqlens = audios if kind == "omni" else None
+    return Prompt(ids, images, videos, seconds, audio_seqlens, use_audio_in_video and kind == "omni")
 
 
 def text(n: int, first: int = 1) -> list[int]:
@@ -215,48 +295,75 @@ def edge_layout(family: Any, name: str) -> Prompt:
     return build_prompt(family, parts, seconds if family.uses_second_per_grid_ts else None)
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """The bounds of :func:`prompts` (see there)."""
+
+    max_images: int
+    max_videos: int
+    max_audios: int
+    max_text: int
+    max_side: int
+    max_frames: int
+    max_image_frames: int
+    max_audio_seqlen: int
+    markers: bool
+    use_audio_in_video: bool
+
+
+def _min_audio_seqlen(family: Any) -> int:
+    """The shortest audio that gives at least one placeholder token."""
+    return int(np.argmax(family.audio_tokens(np.arange(64)) > 0))
+
+
 @st.composite
-def _items(draw: st.DrawFn, family: Any, max_images: int, max_videos: int, max_side: int, max_frames: int):
-    side = st.integers(1, max_side)
-    images = [Image(draw(side), draw(side)) for _ in range(draw(st.integers(0, max_images)))]
-    split = layout_kind(family) != "whole"
+def _items(draw: st.DrawFn, family: Any, sizes: _Sizes) -> list[Image | Video | Audio]:
+    kind = layout_kind(family)
+    side = st.integers(1, sizes.max_side)
+    image_frames = st.integers(1, sizes.max_image_frames)
+    images = [
+        Image(draw(side), draw(side), draw(image_frames))
+        for _ in range(draw(st.integers(0, sizes.max_images)))
+    ]
+    split = kind in ("frames", "glm")
+    temporal = getattr(family, "temporal_merge_size", 1) if kind == "ernie" else 1
+    seqlen = st.integers(_min_audio_seqlen(family), sizes.max_audio_seqlen) if kind == "omni" else None
     videos = []
-    for _ in range(draw(st.integers(0, max_videos))):
-        frames = draw(st.integers(1, max_frames))
+    for _ in range(draw(st.integers(0, sizes.max_videos))):
+        frames = draw(st.integers(1, max(1, sizes.max_frames // temporal))) * temporal
         stamps = tuple(tuple(draw(st.lists(TEXT_IDS, max_size=4))) for _ in range(frames)) if split else ()
-        videos.append(Video(frames, draw(side), draw(side), stamps))
-    return draw(st.permutations(images + videos))
+        audio = draw(seqlen) if sizes.use_audio_in_video and seqlen is not None else None
+        videos.append(Video(frames, draw(side), draw(side), stamps, audio))
+    audios = (
+        [] if seqlen is None else [Audio(draw(seqlen)) for _ in range(draw(st.integers(0, sizes.max_audios)))]
+    )
+    return draw(st.permutations(images + videos + audios))
 
 
 @st.composite
-def _prompts(
-    draw: st.DrawFn,
-    family: Any,
-    max_images: int,
-    max_videos: int,
-    max_text: int,
-    max_side: int,
-    max_frames: int,
-    markers: bool,
-) -> Prompt:
-    items = draw(_items(family, max_images, max_videos, max_side, max_frames))
+def _prompts(draw: st.DrawFn, family: Any, sizes: _Sizes) -> Prompt:
+    items = draw(_items(family, sizes))
     runs = []
     for i in range(len(items) + 1):
         inner = 0 < i < len(items)
         # without markers, same-modality neighbours need text between them to stay separate blocks
-        min_size = 1 if (inner and not markers) or not items else 0
+        min_size = 1 if (inner and not sizes.markers) or not items else 0
         # length 0 often: blocks at the very start or end, blocks with only their markers between
-        size = draw(st.one_of(st.just(min_size), st.integers(min_size, max_text)))
+        size = draw(st.one_of(st.just(min_size), st.integers(min_size, sizes.max_text)))
         runs.append(draw(st.lists(TEXT_IDS, min_size=size, max_size=size)))
     parts: list[Part] = [runs[0]]
     for item, run in zip(items, runs[1:], strict=True):
         parts += [item, run]
     num_videos = sum(isinstance(i, Video) for i in items)
     seconds = None
-    if family.uses_second_per_grid_ts and draw(st.integers(0, 4)) > 0:
+    # the Omni families always get the processor's times; the others sometimes none (1 second per grid)
+    omni = layout_kind(family) == "omni"
+    if family.uses_second_per_grid_ts and (omni or draw(st.integers(0, 4)) > 0):
         value = st.one_of(st.sampled_from(SECONDS), st.floats(0, 8, width=32))
         seconds = [draw(value) for _ in range(num_videos)]
-    return build_prompt(family, parts, seconds, markers=markers)
+    return build_prompt(
+        family, parts, seconds, markers=sizes.markers, use_audio_in_video=sizes.use_audio_in_video
+    )
 
 
 def prompts(
@@ -264,26 +371,46 @@ def prompts(
     *,
     max_images: int = 4,
     max_videos: int = 2,
+    max_audios: int = 2,
     max_text: int = 20,
     max_side: int = 6,
     max_frames: int = 6,
+    max_image_frames: int = 1,
+    max_audio_seqlen: int = 400,
     markers: bool = True,
+    use_audio_in_video: bool = False,
 ) -> st.SearchStrategy[Prompt]:
     """Random prompts of ``family``: text runs of random length (often empty), 0-``max_images`` images
-    and 0-``max_videos`` videos in random order, merged H', W' in 1..``max_side``, T in
-    1..``max_frames`` (images T=1), random and fractional ``second_per_grid_ts`` (or ``None``) for
-    families that scale time. Never empty."""
-    return _prompts(family, max_images, max_videos, max_text, max_side, max_frames, markers)
+    and 0-``max_videos`` videos (Omni: and 0-``max_audios`` audios) in random order, merged H', W' in
+    1..``max_side``, T in 1..``max_frames`` (a multiple of Ernie's temporal merge; images T in
+    1..``max_image_frames``), random and fractional ``second_per_grid_ts`` (or ``None``) for families
+    that scale time, audio lengths up to ``max_audio_seqlen`` feature frames; with
+    ``use_audio_in_video`` (Omni) every video carries its audio. Never empty."""
+    sizes = _Sizes(
+        max_images,
+        max_videos,
+        max_audios,
+        max_text,
+        max_side,
+        max_frames,
+        max_image_frames,
+        max_audio_seqlen,
+        markers,
+        use_audio_in_video,
+    )
+    return _prompts(family, sizes)
 
 
-def text_prompts(max_text: int = 20) -> st.SearchStrategy[Prompt]:
-    """Text-only prompts (at least one token)."""
-    return st.lists(TEXT_IDS, min_size=1, max_size=max_text).map(lambda ids: Prompt(ids, [], [], None))
+def text_prompts(max_text: int = 20, *, family: Any = None) -> st.SearchStrategy[Prompt]:
+    """Text-only prompts (at least one token); for an Omni ``family``, with its (empty) audio inputs."""
+    audio = [] if family is not None and layout_kind(family) == "omni" else None
+    return st.lists(TEXT_IDS, min_size=1, max_size=max_text).map(lambda ids: Prompt(ids, [], [], None, audio))
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Padded prompts: ids and attention_mask (B, L) as lists, grids of all rows in row order."""
+    """Padded prompts: ids and attention_mask (B, L) as lists, grids (and Omni's audio lengths) of all
+    rows in row order."""
 
     input_ids: list[list[int]]
     attention_mask: list[list[int]]
@@ -292,10 +419,19 @@ class Batch:
     second_per_grid_ts: list[float] | None
     prompts: tuple[Prompt, ...]
     side: str
+    audio_seqlens: list[int] | None = None
+    use_audio_in_video: bool = False
 
     def kwargs(self, kind: str = "list") -> dict[str, Any]:
         """Grids and times as keyword arguments, see :meth:`Prompt.kwargs`."""
-        return Prompt([], self.image_grid_thw, self.video_grid_thw, self.second_per_grid_ts).kwargs(kind)
+        return Prompt(
+            [],
+            self.image_grid_thw,
+            self.video_grid_thw,
+            self.second_per_grid_ts,
+            self.audio_seqlens,
+            self.use_audio_in_video,
+        ).kwargs(kind)
 
     def real(self, row: int) -> slice:
         """The slice of row ``row`` that holds its prompt (not padding)."""
@@ -311,8 +447,8 @@ class Batch:
 def pad_batch(prompts: Sequence[Prompt], side: str = "left", *, pad_id: int = 0, extra: int = 0) -> Batch:
     """Pad ``prompts`` on ``side`` to the longest plus ``extra``; mask 1 on real tokens.
 
-    Grids are concatenated in row order. ``second_per_grid_ts`` is ``None`` if no prompt has it, else
-    one value per video (1.0, the peers' default, for prompts without it)."""
+    Grids (and audio lengths) are concatenated in row order. ``second_per_grid_ts`` is ``None`` if no
+    prompt has it, else one value per video (1.0, the peers' default, for prompts without it)."""
     if side not in ("left", "right"):
         raise ValueError(f"side must be left or right, got {side!r}")
     length = max(len(p.input_ids) for p in prompts) + extra
@@ -329,6 +465,9 @@ def pad_batch(prompts: Sequence[Prompt], side: str = "left", *, pad_id: int = 0,
     seconds = None
     if any(p.second_per_grid_ts is not None for p in prompts):
         seconds = [s for p in prompts for s in (p.second_per_grid_ts or [1.0] * len(p.video_grid_thw))]
+    audio = None
+    if any(p.audio_seqlens is not None for p in prompts):
+        audio = [n for p in prompts for n in (p.audio_seqlens or [])]
     return Batch(
         ids,
         mask,
@@ -337,14 +476,22 @@ def pad_batch(prompts: Sequence[Prompt], side: str = "left", *, pad_id: int = 0,
         seconds,
         tuple(prompts),
         side,
+        audio,
+        any(p.use_audio_in_video for p in prompts),
     )
 
 
 @st.composite
-def _batches(draw: st.DrawFn, family: Any, max_rows: int, prompt: st.SearchStrategy[Prompt]) -> Batch:
-    rows = draw(st.lists(st.one_of(prompt, text_prompts()), min_size=1, max_size=max_rows))
+def _batches(
+    draw: st.DrawFn, family: Any, max_rows: int, prompt: st.SearchStrategy[Prompt], placeholder_pads: bool
+) -> Batch:
+    rows = draw(st.lists(st.one_of(prompt, text_prompts(family=family)), min_size=1, max_size=max_rows))
     # padding that reads as a placeholder must be ignored by the mask
-    pads = [0, family.image_token_id] + ([family.video_token_id] if hasattr(family, "video_token_id") else [])
+    pads = [0]
+    if placeholder_pads:
+        pads += [family.image_token_id] + (
+            [family.video_token_id] if hasattr(family, "video_token_id") else []
+        )
     return pad_batch(
         rows,
         draw(st.sampled_from(["left", "right"])),
@@ -353,10 +500,13 @@ def _batches(draw: st.DrawFn, family: Any, max_rows: int, prompt: st.SearchStrat
     )
 
 
-def batches(family: Any, *, max_rows: int = 3, **prompt_options: Any) -> st.SearchStrategy[Batch]:
+def batches(
+    family: Any, *, max_rows: int = 3, placeholder_pads: bool = True, **prompt_options: Any
+) -> st.SearchStrategy[Batch]:
     """Random left- or right-padded batches of 1-``max_rows`` rows, prompts of :func:`prompts` mixed
-    with text-only rows; the pad id is sometimes a placeholder id."""
-    return _batches(family, max_rows, prompts(family, max_images=2, max_videos=1, **prompt_options))
+    with text-only rows; with ``placeholder_pads`` the pad id is sometimes a placeholder id."""
+    options = {"max_images": 2, "max_videos": 1} | prompt_options
+    return _batches(family, max_rows, prompts(family, **options), placeholder_pads)
 
 
 # -- core inputs ------------------------------------------------------------------------------------

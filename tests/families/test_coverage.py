@@ -8,8 +8,9 @@ import ast
 import pathlib
 
 import mrope
-from _peers import require_module
+from _peers import FAMILY_SETUPS, require_module
 from peers import TRANSFORMERS_MODELS
+from strategies import LAYOUTS
 
 transformers = require_module("transformers")
 
@@ -66,3 +67,11 @@ def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
         )
         family = mrope.from_config(transformers.AutoConfig.for_model(model_type))
         assert family.model_type in (model_type, f"{model_type}_thinker")
+
+
+def test_every_supported_type_is_in_the_family_table_with_a_prompt_layout():
+    tabled = {setup.model_type for setup in FAMILY_SETUPS.values()}
+    for model_type in mrope.supported_model_types():
+        assert model_type in LAYOUTS, f"{model_type} has no prompt layout in tests/strategies.py"
+        if not model_type.endswith("_thinker"):  # reached through the top-level Omni config
+            assert model_type in tabled, f"{model_type} is not in the family table (_peers.FAMILY_SETUPS)"

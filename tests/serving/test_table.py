@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _builders import omni_inputs, omni_prompts
 from _engine import CONFIGS, OMNI, Live, family, reference, register
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,10 +52,21 @@ def _prompt(data: st.DataObject, fam) -> tuple[list[int], dict]:
     if fam.model_type in OMNI:  # images, videos, audio; every video with its audio, or none
         audio_in_video = data.draw(st.booleans(), label="use_audio_in_video")
         p = data.draw(
-            omni_prompts(fam, use_audio_in_video=audio_in_video, max_rows=1, max_items=3, max_seqlen=150),
+            prompts(
+                fam,
+                max_images=1,
+                max_videos=1,
+                max_audios=1,
+                max_text=4,
+                max_side=3,
+                max_frames=5,
+                max_image_frames=2,
+                max_audio_seqlen=150,
+                use_audio_in_video=audio_in_video,
+            ),
             label="omni prompt",
         )
-        return p.rows[0], {**omni_inputs(p, 0), "use_audio_in_video": audio_in_video}
+        return p.input_ids, p.kwargs()
     p = data.draw(
         prompts(fam, max_images=2, max_videos=1, max_text=8, max_side=3, max_frames=3), label="prompt"
     )

@@ -1,0 +1,176 @@
+"""The Omni thinkers' own cases (their matches against transformers and SGLang are in
+``test_families.py``): Qwen2.5-Omni's chunked audio in video (a chunk boundary inside a frame, shared
+start and end positions), audio alone, the errors and config forms; Qwen3-Omni's float32 positions
+(fractional video time), audio in video merged by time, errors and config forms with
+position_id_per_seconds 25 (class default) and 13 (the checkpoints)."""
+
+import numpy as np
+import pytest
+
+import mrope
+from _peers import require_module
+
+require_module("transformers")
+torch = require_module("torch")
+
+from peers import as_numpy, transformers_omni_config, transformers_rope_index  # noqa: E402
+
+CONFIG_2_5 = transformers_omni_config("qwen2_5_omni")
+FAMILY_2_5 = mrope.from_config(CONFIG_2_5)
+CONFIGS_3 = {pps: transformers_omni_config("qwen3_omni_moe", position_id_per_seconds=pps) for pps in (25, 13)}
+FAMILIES_3 = {pps: mrope.from_config(config) for pps, config in CONFIGS_3.items()}
+VS, AS, IMG, VID, AUD = 151652, 151647, 151655, 151656, 151646
+
+
+# -- Qwen2.5-Omni -------------------------------------------------------------------------------------
+def audio_in_video(frames, side, seqlen, text=(1, 2)):
+    nv = frames * (side // 2) ** 2
+    na = int(FAMILY_2_5.audio_tokens(np.array([seqlen]))[0])
+    ids = list(text) + [VS, AS] + [VID] * nv + [AUD] * na + [AS + 1, VS + 1] + list(text)
+    return ids, nv, na
+
+
+def test_qwen2_5_omni_chunk_boundary_inside_a_frame_matches_transformers():
+    # 4 s per grid step: frame times 0, 100, 200, ...; the chunker takes one boundary per token, so
+    # chunks 2 and 4 start one token into frames 1 and 2
+    ids, nv, na = audio_in_video(4, 4, 500)
+    prompt_kw = dict(video_grid_thw=[[4, 4, 4]], second_per_grid_ts=np.float32([4.0]), audio_seqlens=[500])
+    positions, delta = FAMILY_2_5.positions(ids, use_audio_in_video=True, **prompt_kw)
+    t_ids = torch.tensor([ids])
+    theirs = transformers_rope_index(
+        FAMILY_2_5,
+        CONFIG_2_5,
+        t_ids,
+        attention_mask=torch.ones_like(t_ids),
+        use_audio_in_video=True,
+        video_grid_thw=torch.tensor([[4, 4, 4]]),
+        second_per_grid_ts=torch.tensor([4.0]),
+        audio_seqlens=torch.tensor([500]),
+    )
+    np.testing.assert_array_equal(positions, as_numpy(theirs[0])[:, 0], strict=True)
+    assert delta == int(theirs[1][0, 0])
+    # the two start markers share a position, as do the two end markers
+    assert positions[0, 2] == positions[0, 3] and positions[0, 4 + nv + na] == positions[0, 5 + nv + na]
+
+
+def test_qwen2_5_omni_audio_alone_is_text_like():
+    ids = [1, AS] + [AUD] * 5 + [AS + 1, 2]
+    positions, delta = FAMILY_2_5.positions(ids, audio_seqlens=[20])  # 20 -> 5 tokens
+    assert (positions == np.arange(len(ids))).all() and delta == 0
+
+
+def test_qwen2_5_omni_errors():
+    ids, nv, na = audio_in_video(2, 4, 100)
+    kw = dict(video_grid_thw=[[2, 4, 4]])
+    with pytest.raises(
+        mrope.MRopeError, match=r"video 0 is followed by its audio .* use_audio_in_video is False"
+    ):
+        FAMILY_2_5.positions(ids, audio_seqlens=[100], **kw)
+    with pytest.raises(
+        mrope.MRopeError,
+        match=r"video 0 .* with its audio 0 \(26 tokens\) needs 8 video, 26 audio "
+        r"placeholder tokens from stream index 4 of row 0, found 8 video, 25",
+    ):
+        FAMILY_2_5.positions(ids, audio_seqlens=[105], use_audio_in_video=True, **kw)
+    with pytest.raises(mrope.MRopeError, match=r"audio_seqlens\[0\] = -3: audio lengths must be >= 0"):
+        FAMILY_2_5.positions(ids, audio_seqlens=[-3], use_audio_in_video=True, **kw)
+    with pytest.raises(mrope.MRopeError, match=r"audio_seqlens\[0\] = 2 gives 0 audio tokens"):
+        FAMILY_2_5.positions(ids, audio_seqlens=[2], use_audio_in_video=True, **kw)
+    with pytest.raises(mrope.MRopeError, match=r"found 1 audios .* but audio_seqlens describes 0"):
+        FAMILY_2_5.positions(ids, use_audio_in_video=True, **kw)
+    plain = [1, VS] + [VID] * 8 + [VS + 1]
+    with pytest.raises(mrope.MRopeError, match=r"use_audio_in_video is True but video 0 has no audio"):
+        FAMILY_2_5.positions(plain, use_audio_in_video=True, **kw)
+    with pytest.raises(mrope.MRopeError, match=r"found 2 audios .* but audio_seqlens describes 1"):
+        FAMILY_2_5.positions([AS, AUD, AS + 1, AS, AUD, AS + 1], audio_seqlens=[3])
+    with pytest.raises(mrope.MRopeError, match=r"1 audio placeholder tokens lie outside every item"):
+        FAMILY_2_5.positions([1, AUD, 2])
+
+
+def test_qwen2_5_omni_config_forms_and_other_families_refuse_audio():
+    thinker = CONFIG_2_5.thinker_config
+    for config in (CONFIG_2_5, thinker, CONFIG_2_5.to_dict(), thinker.to_dict()):
+        family = mrope.from_config(config)
+        assert (family.model_type, family.image_token_id, family.audio_token_id) == (
+            "qwen2_5_omni_thinker",
+            IMG,
+            AUD,
+        )
+    qwen2 = mrope.from_config(
+        {
+            "model_type": "qwen2_vl",
+            "image_token_id": 1,
+            "video_token_id": 2,
+            "vision_config": {"spatial_merge_size": 2},
+        }
+    )
+    with pytest.raises(mrope.MRopeError, match="qwen2_vl takes no audio_seqlens .only the Omni families do."):
+        qwen2.positions([5, 6], audio_seqlens=[10])
+    with pytest.raises(mrope.MRopeError, match="qwen2_vl takes no use_audio_in_video"):
+        mrope.get_rope_index(qwen2, np.array([[5, 6]]), use_audio_in_video=False)
+
+
+# -- Qwen3-Omni ---------------------------------------------------------------------------------------
+def test_qwen3_omni_fractional_positions_are_float32():
+    family = FAMILIES_3[13]
+    ids = [1, VS] + [VID] * 12 + [VS + 1, 2, 3]
+    positions, delta = family.positions(ids, video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[1 / 3])
+    assert positions.dtype == np.float32 and isinstance(delta, float)
+    t = np.float32(np.arange(3, dtype=np.float32) * np.float32(1 / 3) * np.float32(13)) + np.float32(2)
+    assert positions[0, 2:14].tolist() == np.repeat(t, 4).tolist()  # 2, 6.333.., 10.666..
+    assert positions[0, 14] == np.float32(t[-1] + 1)  # text resumes after the block's maximum
+    ids_batch = np.array([ids])
+    out, deltas = mrope.get_rope_index(
+        family, ids_batch, video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[1 / 3]
+    )
+    assert out.dtype == np.float32 and deltas.dtype == np.float32 and deltas[0, 0] == np.float32(delta)
+
+
+def test_qwen3_omni_audio_in_video_merged_by_time():
+    family = FAMILIES_3[25]
+    # 2 frames of 4 tokens at times 0 and 25; 30 audio tokens at 0..29: frame 0, audio 0..24, frame 1, rest
+    ids = [VS, AS] + [VID] * 8 + [AUD] * 30 + [AS + 1, VS + 1]
+    seqlen = int(np.argmax(family.audio_tokens(np.arange(400)) == 30))
+    positions, _ = family.positions(
+        ids,
+        video_grid_thw=[[2, 4, 4]],
+        second_per_grid_ts=[1.0],
+        audio_seqlens=[seqlen],
+        use_audio_in_video=True,
+    )
+    assert positions[0, :2].tolist() == [0, 1]  # the two start markers take consecutive positions
+    assert positions[0, 2:6].tolist() == [2] * 4 and positions[0, 6:31].tolist() == list(range(2, 27))
+    assert positions[0, 31:35].tolist() == [27] * 4 and positions[0, 35:40].tolist() == list(range(27, 32))
+    assert positions[0, 40:].tolist() == [32, 33]  # end markers follow the last piece (the audio tail)
+
+
+def test_qwen3_omni_errors():
+    family = FAMILIES_3[13]
+    with pytest.raises(mrope.MRopeError, match=r"audio_seqlens\[1\] = -1: audio lengths must be >= 0"):
+        family.positions([AS, AUD, AS + 1], audio_seqlens=[1, -1])
+    with pytest.raises(
+        mrope.MRopeError,
+        match=r"audio 0 \(1 tokens\) needs 1 audio placeholder tokens from stream "
+        r"index 2 of row 0, found 2 audio",
+    ):
+        family.positions([7, AS, AUD, AUD, AS + 1], audio_seqlens=[1])
+    with pytest.raises(
+        mrope.MRopeError, match=r"vision_start token at stream index 1 is followed by a text token"
+    ):
+        family.positions([7, VS, 8], image_grid_thw=[[1, 2, 2]])
+    with pytest.raises(
+        mrope.MRopeError,
+        match=r"image 0 .* needs 1 placeholder tokens and 1 end token\(s\) .* the row ends first",
+    ):
+        family.positions([7, VS, IMG], image_grid_thw=[[1, 2, 2]])
+
+
+def test_qwen3_omni_config_forms():
+    config = CONFIGS_3[13]
+    for form in (config, config.thinker_config, config.to_dict(), config.thinker_config.to_dict()):
+        family = mrope.from_config(form)
+        assert (family.model_type, family.position_id_per_seconds, family.n_window) == (
+            "qwen3_omni_moe_thinker",
+            13,
+            50,
+        )
