@@ -1,0 +1,312 @@
+"""mrope inside transformers: a VLM whose 3-D positions come from mrope, and one call for data pipelines.
+
+:func:`patch` makes a loaded transformers VLM compute its M-RoPE positions with mrope. transformers
+(5.x) computes them in one method of the model, ``get_rope_index``: ``generate()`` calls it once at
+prefill (with every model keyword argument: mask, ``mm_token_type_ids``, grids, times, pixel tensors)
+and then advances every row by one; ``forward()`` without ``position_ids`` calls it when the cache is
+empty, stores ``rope_deltas`` and later uses ``index + rope_deltas``. The patch replaces that method on
+the model object (not its class): it takes the same arguments, returns positions in the dtype and on
+the device of ``input_ids`` and the same ``rope_deltas``, so transformers' loop around it is unchanged.
+The token ids, merge sizes and time scales are read from the model's config once, at :func:`patch`;
+the token types are read from the ids (``mm_token_type_ids`` is accepted and not needed).
+:func:`unpatch` restores transformers' own method.
+
+:func:`rope_index` is the same computation for a data pipeline: from a processor's output (a dict or
+``BatchFeature``) to ``(position_ids, rope_deltas)``, for a batch or a single sample, so that training
+can pass ``position_ids`` to ``forward()`` instead of having the model compute them per step.
+
+``compat=None`` (both calls) follows the installed transformers: ``"transformers"`` from 5.3 on (text
+after a vision block resumes at ``base + max(H', W')``), ``"vllm"`` before; results then equal
+transformers' own. Omni thinkers follow transformers' thinker code under either value; transformers
+leaves 1 in padded slots where mrope leaves 0 (the README's convention table), which no real token
+reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import inspect
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import MRopeError, from_config, get_rope_index, supported_model_types
+from ..families import Family
+
+#: the first transformers release whose text after a vision block resumes at ``base + max(H', W')``
+TRANSFORMERS_CONVENTION_SINCE = (5, 3)
+COMPATS = ("vllm", "transformers")
+# transformers' names of the per-video seconds (VLMs, Omni thinkers) and of the Omni audio inputs
+_SECONDS_NAMES = ("second_per_grid_ts", "second_per_grids")
+_AUDIO_NAMES = ("audio_seqlens", "use_audio_in_video")
+
+
+@functools.cache
+def installed_compat() -> str:
+    """The convention of the installed transformers: ``"transformers"`` from 5.3 on, else ``"vllm"``."""
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        raise MRopeError(
+            "compat=None follows the installed transformers, which is not installed: pass compat='vllm' "
+            "or compat='transformers'"
+        ) from None
+    numbers = []
+    for part in version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        numbers.append(int(digits or 0))
+    return "transformers" if tuple(numbers) >= TRANSFORMERS_CONVENTION_SINCE else "vllm"
+
+
+def _resolve_compat(compat: str | None) -> str:
+    if compat is None:
+        return installed_compat()
+    if compat not in COMPATS:
+        raise MRopeError(f"compat must be None, 'vllm' or 'transformers', got {compat!r}")
+    return compat
+
+
+class MRopeRopeIndex:
+    """The ``get_rope_index`` that :func:`patch` puts on a model object: transformers' signature
+    (positional names taken from the model class's own method), mrope's positions."""
+
+    def __init__(self, family: Any, original: Any) -> None:
+        self.family = family
+        self.compat = family.compat
+        parameters = list(inspect.signature(original).parameters.values())[1:]  # without self
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self.positional_names = tuple(p.name for p in parameters if p.kind in positional)
+        names = {p.name for p in parameters}
+        # read only what transformers' method reads: a family that does not scale time gets no seconds
+        self.seconds_name = next((n for n in _SECONDS_NAMES if n in names), None)
+        self.takes_audio = all(n in names for n in _AUDIO_NAMES)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if args:
+            if len(args) > len(self.positional_names):
+                raise TypeError(
+                    f"get_rope_index takes {len(self.positional_names)} positional arguments, got {len(args)}"
+                )
+            for name, value in zip(self.positional_names, args, strict=False):
+                if name in kwargs:
+                    raise TypeError(f"get_rope_index got multiple values for argument {name!r}")
+                kwargs[name] = value
+        input_ids = kwargs.get("input_ids")
+        if input_ids is None:
+            raise MRopeError("get_rope_index needs input_ids (mrope reads the token types from the ids)")
+        inputs: dict[str, Any] = {}
+        if self.seconds_name is not None:
+            inputs["second_per_grid_ts"] = kwargs.get(self.seconds_name)
+        if self.takes_audio:
+            inputs["audio_seqlens"] = kwargs.get("audio_seqlens")
+            inputs["use_audio_in_video"] = bool(kwargs.get("use_audio_in_video"))
+        positions, deltas = get_rope_index(
+            self.family,
+            input_ids,
+            image_grid_thw=kwargs.get("image_grid_thw"),
+            video_grid_thw=kwargs.get("video_grid_thw"),
+            attention_mask=kwargs.get("attention_mask"),
+            **inputs,
+        )
+        return _in_dtype_of(positions, input_ids), deltas
+
+
+def _owners(model: Any) -> list[Any]:
+    """The objects of ``model`` whose ``get_rope_index`` transformers calls: the inner model (its
+    ``forward``) and, for Omni thinkers, the ``...ForConditionalGeneration`` too (its ``generate``)."""
+    root = model
+    thinker = getattr(model, "thinker", None)  # a whole Omni model: the thinker places the positions
+    if thinker is not None and callable(getattr(type(thinker), "get_rope_index", None)):
+        root = thinker
+    candidates = [root, getattr(root, "model", None)]
+    owners = [m for m in candidates if m is not None and callable(getattr(type(m), "get_rope_index", None))]
+    if not any(hasattr(m, "rope_deltas") for m in owners):
+        config = getattr(model, "config", None)
+        kind = f" (model_type {config.model_type!r})" if hasattr(config, "model_type") else ""
+        raise MRopeError(
+            f"{type(model).__name__}{kind} is not a transformers M-RoPE VLM: it has no get_rope_index "
+            f"and rope_deltas; mrope supports the model types {', '.join(supported_model_types())}"
+        )
+    return owners
+
+
+def _patched(owner: Any) -> MRopeRopeIndex | None:
+    found = vars(owner).get("get_rope_index")
+    return found if isinstance(found, MRopeRopeIndex) else None
+
+
+def patch(model: Any, *, compat: str | None = None) -> Any:
+    """Make ``model`` compute its 3-D positions with mrope; returns ``model``.
+
+    Parameters
+    ----------
+    model : a transformers VLM: its ``...ForConditionalGeneration``, its inner ``...Model``, an Omni
+        thinker (or a whole Omni model, whose thinker is patched).
+    compat : ``None`` (default: the installed transformers' convention, so that positions, ``rope_deltas``
+        and generated tokens equal transformers'), ``"vllm"`` or ``"transformers"``.
+
+    Patching is idempotent: patching a patched model with the same ``compat`` changes nothing; with
+    another ``compat`` it raises (call :func:`unpatch` first). The model's cached ``rope_deltas`` are
+    cleared, since they came from the other position code.
+
+    Raises
+    ------
+    MRopeError
+        ``model`` is not a transformers M-RoPE VLM, or its ``model_type`` is one mrope does not support
+        (the message names its type); ``compat`` unknown or different from an existing patch's.
+    """
+    compat = _resolve_compat(compat)
+    owners = _owners(model)
+    existing = [p for p in map(_patched, owners) if p is not None]
+    if existing:
+        if all(p.compat == compat for p in existing) and len(existing) == len(owners):
+            return model
+        raise MRopeError(
+            f"{type(model).__name__} is already patched with compat={existing[0].compat!r}: call unpatch() "
+            f"before patching with compat={compat!r}"
+        )
+    config = owners[-1].config
+    try:
+        family = from_config(config, compat=compat)
+    except MRopeError as err:
+        raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
+    replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in owners]
+    for owner, replacement in replacements:
+        owner.get_rope_index = replacement
+        if hasattr(owner, "rope_deltas"):
+            owner.rope_deltas = None
+    return model
+
+
+def unpatch(model: Any) -> Any:
+    """Give ``model`` back transformers' own position code; returns ``model``. A model that is not
+    patched is returned unchanged; one that is not a transformers M-RoPE VLM raises
+    :class:`MRopeError`."""
+    owners = _owners(model)
+    if not any(_patched(owner) is not None for owner in owners):
+        return model
+    for owner in owners:
+        if _patched(owner) is not None:
+            del owner.get_rope_index
+        if hasattr(owner, "rope_deltas"):
+            owner.rope_deltas = None
+    return model
+
+
+def is_patched(model: Any) -> bool:
+    """Whether :func:`patch` is in effect on ``model``."""
+    return any(_patched(owner) is not None for owner in _owners(model))
+
+
+# -- data pipelines ---------------------------------------------------------------------------------------
+# the processors' names of the per-video seconds (VLMs, Omni); the first one present is read
+_SECONDS_KEYS = ("second_per_grid_ts", "video_second_per_grid")
+
+
+def rope_index(
+    inputs: Mapping[str, Any],
+    config: Any,
+    *,
+    compat: str | None = None,
+    use_audio_in_video: bool | None = None,
+) -> tuple[Any, Any]:
+    """``(position_ids, rope_deltas)`` of a processor's output, as the model's ``forward()`` computes them.
+
+    For a ``torch.utils.data.Dataset`` (one sample) or a collate function (a padded batch): the result
+    can be passed to ``forward(position_ids=...)``, and ``rope_deltas`` is what ``generate()`` stores
+    for decoding.
+
+    Parameters
+    ----------
+    inputs : the processor's output (dict or ``BatchFeature``). Read: ``input_ids`` (``(B, L)`` or one
+        sample ``(L,)``), ``attention_mask``, ``image_grid_thw``, ``video_grid_thw``,
+        ``second_per_grid_ts`` (Omni: ``video_second_per_grid``; read only for families that scale video
+        time, as transformers does), ``feature_attention_mask`` or ``audio_feature_lengths`` (Omni
+        audio). Everything else (``mm_token_type_ids``, pixel tensors) is ignored.
+    config : the model's transformers config (or its ``to_dict()``), or a family from
+        :func:`mrope.from_config` (then ``compat`` must be None or the family's).
+    compat : None (default: the installed transformers' convention), ``"vllm"`` or ``"transformers"``.
+    use_audio_in_video : Omni only: every video carries its audio (the processor's argument of that name).
+
+    Returns
+    -------
+    position_ids : ``(3, B, L)``, or ``(3, L)`` for 1-D ``input_ids``; the dtype of ``input_ids``
+        (float32 for Qwen3-Omni); padded slots hold 0.
+    rope_deltas : ``(B, 1)``, or ``(1,)`` for 1-D ``input_ids`` (stacking samples gives ``(B, 1)``).
+        Torch tensors on the device of ``input_ids`` when it is a tensor, numpy arrays otherwise.
+    """
+    if not isinstance(inputs, Mapping):
+        raise MRopeError(
+            f"inputs must be a processor's output (a dict or BatchFeature), got {type(inputs).__name__}"
+        )
+    if inputs.get("input_ids") is None:
+        raise MRopeError("inputs has no input_ids: rope_index needs the token ids")
+    input_ids, mask = inputs["input_ids"], inputs.get("attention_mask")
+    if isinstance(config, Family):
+        if compat not in (None, config.compat):
+            raise MRopeError(f"config is a family with compat={config.compat!r}, compat={compat!r} differs")
+        family = config
+    else:
+        family = _family_of(config, _resolve_compat(compat))
+    single = np.ndim(input_ids) == 1
+    if single:  # one sample: a batch of one
+        input_ids = input_ids[None] if hasattr(input_ids, "ndim") else [input_ids]
+        if mask is not None:
+            mask = mask[None] if hasattr(mask, "ndim") else [mask]
+    extra: dict[str, Any] = {}
+    if family.uses_second_per_grid_ts:  # as transformers: other families ignore the processor's seconds
+        extra["second_per_grid_ts"] = next(
+            (inputs[k] for k in _SECONDS_KEYS if inputs.get(k) is not None), None
+        )
+    feature_mask = inputs.get("feature_attention_mask")
+    audio_seqlens = inputs.get("audio_feature_lengths") if feature_mask is None else feature_mask.sum(-1)
+    if audio_seqlens is not None:
+        extra["audio_seqlens"] = audio_seqlens
+    if use_audio_in_video is not None:
+        extra["use_audio_in_video"] = use_audio_in_video
+    positions, deltas = get_rope_index(
+        family,
+        input_ids,
+        image_grid_thw=inputs.get("image_grid_thw"),
+        video_grid_thw=inputs.get("video_grid_thw"),
+        attention_mask=mask,
+        **extra,
+    )
+    positions = _in_dtype_of(positions, input_ids)
+    if single:
+        return positions[:, 0], deltas[0]
+    return positions, deltas
+
+
+def _in_dtype_of(positions: Any, input_ids: Any) -> Any:
+    """Integer positions in the integer dtype of ``input_ids``, as transformers returns them (float
+    positions, Qwen3-Omni's, stay float32)."""
+    dtype = getattr(input_ids, "dtype", None)
+    if dtype is None or dtype == positions.dtype:
+        return positions
+    if isinstance(positions, np.ndarray):
+        return positions.astype(dtype) if positions.dtype.kind in "iu" and dtype.kind in "iu" else positions
+    return positions if positions.is_floating_point() or dtype.is_floating_point else positions.to(dtype)
+
+
+# families of config objects already read, by id and compat (a Dataset calls rope_index per sample, and
+# reading a transformers config costs more than the positions); an entry leaves with its config
+_FAMILIES: dict[tuple[int, str], Family] = {}
+
+
+def _family_of(config: Any, compat: str) -> Family:
+    if isinstance(config, Mapping):
+        return from_config(config, compat=compat)
+    key = (id(config), compat)
+    family = _FAMILIES.get(key)
+    if family is None:
+        family = from_config(config, compat=compat)
+        try:
+            weakref.finalize(config, _FAMILIES.pop, key, None)
+        except TypeError:  # not weak-referenceable: its id may be reused, so it is not cached
+            return family
+        _FAMILIES[key] = family
+    return family

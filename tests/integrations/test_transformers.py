@@ -1,0 +1,400 @@
+"""mrope inside transformers (:mod:`mrope.integrations.transformers`), on tiny randomly initialised VLMs of
+every family (``_tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch,
+without it and after ``unpatch``; the positions reaching the language model and ``rope_deltas`` equal
+transformers' at real tokens; a cached ``forward()`` loop gives the same tokens; wrong positions change
+the tokens (so the comparisons can fail). The data-pipeline call :func:`rope_index` equals transformers'
+positions, and a collated batch of its per-sample results gives ``forward()`` transformers' logits.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _peers import require_module
+
+torch = require_module("torch")
+require_module("transformers")
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from _tiny_vlms import MAIN, MODELS, OMNI, Image, Video, processor_output, tiny_config, tiny_model  # noqa: E402
+
+import mrope  # noqa: E402
+from mrope.integrations import transformers as mt  # noqa: E402
+
+# prompts (rows of parts: text ids, Image(H', W'), Video(T, H', W')), non-square grids throughout
+TEXT_AND_IMAGE = [[[5, 6, 7], Image(2, 3), [8, 9]]]
+IMAGES_AND_VIDEO = [[[5], Image(2, 3), [6], Image(1, 2), [7], Video(6, 2, 1), [8, 9]]]  # T beyond H', W'
+PADDED_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Video(5, 2, 1), [7, 8, 9, 10]]]
+IMAGES_ONLY_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Image(3, 1), [7, 8, 9, 10]]]
+SCENARIOS = {"text+image": TEXT_AND_IMAGE, "images+video": IMAGES_AND_VIDEO, "padded batch": PADDED_BATCH}
+OTHERS = [t for t in MODELS if t not in MAIN]
+NEW_TOKENS = 4
+
+
+def batch_of(model_type: str, scenario: str = "padded batch") -> list[list[Any]]:
+    """The rows of ``scenario``; PaddleOCR-VL takes no videos, so its batch holds images only."""
+    if model_type == "paddleocr_vl" and scenario != "text+image":
+        return IMAGES_ONLY_BATCH
+    return SCENARIOS[scenario]
+
+
+def owners(model: Any) -> list[Any]:
+    """The objects whose ``get_rope_index`` transformers calls (Omni thinkers: the outer one too)."""
+    return [m for m in (model, model.model) if callable(getattr(type(m), "get_rope_index", None))]
+
+
+def greedy(model: Any, inputs: dict[str, Any], new_tokens: int = NEW_TOKENS) -> tuple[Any, Any]:
+    """Greedy ``generate``: (new tokens (B, n), scores (n, B, vocab))."""
+    out = model.generate(
+        **inputs, max_new_tokens=new_tokens, do_sample=False, output_scores=True, return_dict_in_generate=True
+    )
+    return out.sequences[:, inputs["input_ids"].shape[1] :], torch.stack(out.scores)
+
+
+@contextmanager
+def patched(model: Any, **kwargs: Any) -> Iterator[Any]:
+    mt.patch(model, **kwargs)
+    try:
+        yield model
+    finally:
+        mt.unpatch(model)
+
+
+@contextmanager
+def without_transformers_positions(model: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """transformers' own ``get_rope_index`` raises if anything calls it."""
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("transformers' get_rope_index ran while the model was patched")
+
+    with monkeypatch.context() as m:
+        for owner in owners(model):
+            m.setattr(type(owner), "get_rope_index", forbidden)
+        yield
+
+
+def assert_same_generation(expected: tuple[Any, Any], got: tuple[Any, Any], what: str) -> None:
+    assert torch.equal(got[0], expected[0]), f"{what}: tokens {got[0].tolist()} != {expected[0].tolist()}"
+    assert torch.equal(got[1], expected[1]), f"{what}: scores differ"
+
+
+# -- patch: generate ------------------------------------------------------------------------------------
+CASES = [(t, s) for t in MAIN for s in SCENARIOS] + [(t, "padded batch") for t in OTHERS]
+
+
+@pytest.mark.parametrize(("model_type", "scenario"), CASES)
+def test_generate_gives_transformers_tokens(model_type: str, scenario: str, monkeypatch) -> None:
+    model = tiny_model(model_type)
+    inputs = processor_output(model_type, batch_of(model_type, scenario))
+    expected = greedy(model, inputs)
+    with patched(model) as same, without_transformers_positions(model, monkeypatch):
+        assert same is model
+        assert mt.is_patched(model)
+        assert_same_generation(expected, greedy(model, inputs), f"{model_type}, {scenario}, patched")
+    assert not mt.is_patched(model)
+    assert_same_generation(expected, greedy(model, inputs), f"{model_type}, {scenario}, after unpatch")
+
+
+@pytest.mark.parametrize("model_type", MAIN)
+def test_wrong_positions_change_the_tokens(model_type: str) -> None:
+    """The negative control: positions in reverse order change the generated tokens (and, where it
+    differs, the other convention changes the scores), so the equalities above are not vacuous."""
+    model = tiny_model(model_type)
+    inputs = processor_output(model_type, PADDED_BATCH)
+    expected = greedy(model, inputs)[0]
+    with patched(model):
+        right = model.model.get_rope_index  # the patch in effect
+
+        def reversed_positions(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            positions, deltas = right(*args, **kwargs)
+            return positions.flip(-1), deltas
+
+        model.model.get_rope_index = reversed_positions
+        try:
+            assert not torch.equal(greedy(model, inputs)[0], expected)
+        finally:
+            model.model.get_rope_index = right
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):  # whole videos: the conventions differ after a video
+        expected_scores = greedy(model, inputs)[1]
+        other = "vllm" if mt.installed_compat() == "transformers" else "transformers"
+        with patched(model, compat=other):
+            assert not torch.equal(greedy(model, inputs)[1], expected_scores)
+
+
+# -- patch: what reaches the language model -------------------------------------------------------------
+@contextmanager
+def language_model_positions(model: Any) -> Iterator[list[Any]]:
+    """Collects the ``position_ids`` of every call of the model's language model."""
+    seen: list[Any] = []
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        seen.append(kwargs.get("position_ids"))
+
+    handle = model.model.language_model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def forward_positions(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
+    """``forward()`` without ``position_ids``: (positions reaching the language model, rope_deltas)."""
+    with torch.no_grad(), language_model_positions(model) as seen:
+        model(**inputs)
+    return seen[0], model.model.rope_deltas
+
+
+@pytest.mark.parametrize("model_type", list(MODELS))
+def test_positions_and_deltas_equal_transformers(model_type: str) -> None:
+    model = tiny_model(model_type)
+    for scenario in ("padded batch", "images+video"):
+        inputs = processor_output(model_type, batch_of(model_type, scenario))
+        expected, expected_deltas = forward_positions(model, inputs)
+        with patched(model):
+            positions, deltas = forward_positions(model, inputs)
+        real = inputs["attention_mask"].bool()
+        what = f"{model_type}, {scenario}"
+        assert positions.shape == expected.shape and positions.dtype == expected.dtype, what
+        assert torch.equal(positions[:, real], expected[:, real]), what
+        assert torch.equal(deltas, expected_deltas), f"{what}: rope_deltas {deltas} != {expected_deltas}"
+
+
+@pytest.mark.parametrize("model_type", MAIN)
+def test_cached_forward_loop(model_type: str) -> None:
+    """Prefill then one token at a time through ``forward()`` with the cache (later positions are
+    ``index + rope_deltas``): the same tokens with and without the patch.
+
+    (Not always generate's tokens: under transformers' convention a video whose T exceeds max(H', W')
+    ends its prompt below the maximum position, and ``index + rope_deltas`` continues from the maximum
+    while ``generate`` continues from the last position; transformers 5.24 does this itself.)"""
+
+    def loop(model: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
+        with torch.no_grad():
+            out = model(**inputs, use_cache=True)
+            tokens, logits = [out.logits[:, -1].argmax(-1)], [out.logits[:, -1]]
+            for _ in range(NEW_TOKENS - 1):
+                out = model(input_ids=tokens[-1][:, None], cache=out.cache, use_cache=True)
+                tokens.append(out.logits[:, -1].argmax(-1))
+                logits.append(out.logits[:, -1])
+        return torch.stack(tokens, 1), torch.stack(logits)
+
+    model = tiny_model(model_type)
+    inputs = processor_output(model_type, IMAGES_AND_VIDEO)
+    expected = loop(model, inputs)
+    with patched(model):
+        assert_same_generation(expected, loop(model, inputs), f"{model_type} cached forward loop")
+
+
+# -- patch: the method itself, and its errors -----------------------------------------------------------
+@pytest.mark.parametrize("model_type", MAIN)
+def test_patched_method_takes_transformers_signature(model_type: str) -> None:
+    """Called as transformers' own method is (keywords, positionally, with the extra keywords generate
+    passes): the same result; int32 ids give int32 positions, as transformers'."""
+    model = tiny_model(model_type)
+    transformers_method = type(model.model).get_rope_index
+    names = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")  # in every signature's order
+    for rows, dtype, masked in ((PADDED_BATCH, torch.int64, True), (IMAGES_AND_VIDEO, torch.int32, False)):
+        inputs = processor_output(model_type, rows)
+        ids, types = inputs["input_ids"].to(dtype), inputs["mm_token_type_ids"]
+        grids = {k: inputs[k] for k in names if k in inputs}
+        mask = inputs["attention_mask"] if masked else None  # transformers fails on int32 ids with a mask
+        expected = transformers_method(model.model, ids, types, attention_mask=mask, **grids)
+        with patched(model):
+            keywords = model.model.get_rope_index(ids, types, attention_mask=mask, **grids)
+            positional = model.model.get_rope_index(
+                ids, types, *grids.values(), mask, pixel_values=inputs.get("pixel_values")
+            )
+        real = inputs["attention_mask"].bool()
+        for positions, deltas in (keywords, positional):
+            assert positions.dtype == dtype == expected[0].dtype
+            assert torch.equal(positions[:, real], expected[0][:, real])
+            assert torch.equal(deltas, expected[1])
+
+
+def test_patch_is_idempotent_and_refuses_another_convention() -> None:
+    model = tiny_model("qwen2_vl")
+    with patched(model):
+        method = model.model.get_rope_index
+        assert mt.patch(model) is model and model.model.get_rope_index is method
+        assert mt.patch(model, compat=mt.installed_compat()) is model
+        other = "vllm" if mt.installed_compat() == "transformers" else "transformers"
+        with pytest.raises(mrope.MRopeError, match=r"already patched with compat=.*call unpatch\(\)"):
+            mt.patch(model, compat=other)
+        assert model.model.get_rope_index is method  # the failed call changed nothing
+    assert "get_rope_index" not in vars(model.model)
+    assert mt.unpatch(model) is model  # unpatching an unpatched model changes nothing
+
+
+def test_patch_the_inner_model() -> None:
+    """Patching the inner ``...Model`` serves the ``...ForConditionalGeneration`` around it."""
+    model = tiny_model("qwen2_5_vl")
+    inputs = processor_output("qwen2_5_vl", PADDED_BATCH)
+    expected = greedy(model, inputs)
+    assert mt.patch(model.model) is model.model
+    try:
+        assert mt.is_patched(model) and mt.is_patched(model.model)
+        assert_same_generation(expected, greedy(model, inputs), "inner model patched")
+    finally:
+        mt.unpatch(model.model)
+    assert not mt.is_patched(model)
+
+
+@pytest.mark.parametrize("model_type", OMNI)
+def test_omni_thinker_patches_both_owners(model_type: str) -> None:
+    """An Omni thinker's ``generate`` calls the outer ``get_rope_index``, its ``forward`` the inner one."""
+    model = tiny_model(model_type)
+    with patched(model):
+        assert all(
+            isinstance(vars(owner).get("get_rope_index"), mt.MRopeRopeIndex) for owner in owners(model)
+        )
+        assert len(owners(model)) == 2
+    assert all("get_rope_index" not in vars(owner) for owner in owners(model))
+
+
+def test_patch_refuses_what_is_not_a_supported_vlm() -> None:
+    from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
+
+    text_only = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=16, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1
+        )
+    )
+    with pytest.raises(
+        mrope.MRopeError, match=r"LlamaForCausalLM \(model_type 'llama'\) is not a transformers"
+    ):
+        mt.patch(text_only)
+    with pytest.raises(mrope.MRopeError, match=r"list is not a transformers M-RoPE VLM"):
+        mt.unpatch([])
+
+    class UnknownVLM(torch.nn.Module):  # a VLM of a model type mrope does not know
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = AutoConfig.for_model("glm_image")
+            self.rope_deltas = None
+
+        def get_rope_index(self, input_ids: Any, **kwargs: Any) -> None:
+            raise NotImplementedError
+
+    unknown = UnknownVLM()
+    with pytest.raises(
+        mrope.MRopeError, match=r"UnknownVLM cannot be patched: unsupported model_type 'glm_image'"
+    ):
+        mt.patch(unknown)
+    assert "get_rope_index" not in vars(unknown)
+    with pytest.raises(mrope.MRopeError, match="compat must be None, 'vllm' or 'transformers'"):
+        mt.patch(tiny_model("qwen2_vl"), compat="sglang")
+    assert not mt.is_patched(tiny_model("qwen2_vl"))
+
+
+# -- the data-pipeline call -----------------------------------------------------------------------------
+@pytest.mark.parametrize("model_type", list(MODELS))
+@pytest.mark.parametrize("left", [True, False], ids=["left-padded", "right-padded"])
+def test_rope_index_equals_transformers(model_type: str, left: bool) -> None:
+    model = tiny_model(model_type)
+    inputs = processor_output(model_type, batch_of(model_type), left=left, pixels=False)
+    expected, expected_deltas = forward_positions(model, inputs)
+    positions, deltas = mt.rope_index(inputs, model.config)
+    real = inputs["attention_mask"].bool()
+    assert positions.dtype == expected.dtype and positions.shape == expected.shape
+    assert torch.equal(positions[:, real], expected[:, real])
+    assert (positions[:, ~real] == 0).all()
+    assert torch.equal(deltas, expected_deltas)
+    # one sample at a time (1-D ids): the rows of the batch
+    for row in range(inputs["input_ids"].shape[0]):
+        sample = processor_output(model_type, [batch_of(model_type)[row]], pixels=False)
+        sample = {
+            k: v[0] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v
+            for k, v in sample.items()
+        }
+        one, one_delta = mt.rope_index(sample, model.config)
+        assert one.shape == (3, sample["input_ids"].shape[0]) and one_delta.shape == (1,)
+        assert torch.equal(one, positions[:, row, real[row]])
+        assert torch.equal(one_delta, deltas[row])
+
+
+def test_rope_index_inputs() -> None:
+    """A BatchFeature, numpy arrays, a config dict or a family; seconds a family does not scale are
+    ignored (as transformers ignores them); bad inputs raise."""
+    from transformers import BatchFeature
+
+    config = tiny_config("qwen2_vl")
+    inputs = processor_output("qwen2_vl", PADDED_BATCH)
+    expected = mt.rope_index(inputs, config)
+    batch_feature = BatchFeature({**inputs, "second_per_grid_ts": torch.tensor([0.5])})
+    as_numpy = {k: v.numpy() for k, v in inputs.items()}
+    family = mrope.from_config(config, compat=mt.installed_compat())
+    for got in (
+        mt.rope_index(batch_feature, config),
+        mt.rope_index(inputs, config.to_dict()),
+        mt.rope_index(inputs, family),
+    ):
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    numpy_positions, numpy_deltas = mt.rope_index(as_numpy, config)
+    assert isinstance(numpy_positions, np.ndarray)
+    np.testing.assert_array_equal(numpy_positions, expected[0].numpy(), strict=True)
+    np.testing.assert_array_equal(numpy_deltas, expected[1].numpy(), strict=True)
+    with pytest.raises(mrope.MRopeError, match="has no input_ids"):
+        mt.rope_index({"attention_mask": inputs["attention_mask"]}, config)
+    with pytest.raises(mrope.MRopeError, match="processor's output"):
+        mt.rope_index(inputs["input_ids"], config)
+    with pytest.raises(mrope.MRopeError, match="family with compat="):
+        mt.rope_index(inputs, family, compat="vllm" if family.compat == "transformers" else "transformers")
+
+
+def test_rope_index_in_a_dataset_and_collate() -> None:
+    """The README's use: positions per sample in ``Dataset.__getitem__``, padded by the collate
+    function; ``forward(position_ids=...)`` then gives transformers' logits at every real token."""
+    model_type = "qwen2_5_vl"
+    model = tiny_model(model_type)
+    rows = PADDED_BATCH
+
+    class Samples(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(rows)
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            inputs = processor_output(model_type, [rows[i]])  # what the processor gives for one sample
+            position_ids, rope_deltas = mt.rope_index(inputs, model.config)
+            return {**inputs, "position_ids": position_ids, "rope_deltas": rope_deltas}
+
+    def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+        length = max(s["input_ids"].shape[-1] for s in samples)
+
+        def right_pad(x: Any) -> Any:
+            return torch.nn.functional.pad(x, (0, length - x.shape[-1]))
+
+        batch = {k: torch.cat([right_pad(s[k]) for s in samples]) for k in ("input_ids", "attention_mask")}
+        batch["position_ids"] = torch.cat([right_pad(s["position_ids"]) for s in samples], dim=1)
+        batch["rope_deltas"] = torch.cat([s["rope_deltas"] for s in samples])
+        for key in (
+            "pixel_values",
+            "pixel_values_videos",
+            "image_grid_thw",
+            "video_grid_thw",
+            "second_per_grid_ts",
+        ):
+            if any(key in s for s in samples):
+                batch[key] = torch.cat([s[key] for s in samples if key in s])
+        return batch
+
+    batch = next(iter(torch.utils.data.DataLoader(Samples(), batch_size=len(rows), collate_fn=collate)))
+    rope_deltas = batch.pop("rope_deltas")
+    position_ids = batch.pop("position_ids")
+    types = {"mm_token_type_ids": processor_output(model_type, rows, left=False)["mm_token_type_ids"]}
+    with torch.no_grad():
+        expected = model(**batch, **types).logits
+        expected_deltas = model.model.rope_deltas
+        got = model(**batch, position_ids=position_ids).logits
+    real = batch["attention_mask"].bool()
+    assert torch.equal(got[real], expected[real])
+    assert torch.equal(rope_deltas, expected_deltas)
