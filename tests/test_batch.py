@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import mrope
 import peers
-from _peers import PEER_SETUPS
+from _peers import PEER_SETUPS, require
 from strategies import Batch, Image, Prompt, Video, batches, build_prompt, pad_batch, prompts, text
 
 ALL = pytest.mark.parametrize("peer", list(PEER_SETUPS), indirect=True)
@@ -211,6 +211,7 @@ def test_config_objects_are_read_once_and_forgotten_when_freed():
 
     import mrope.batch as batch_module
 
+    require("transformers")
     config = peers.transformers_config("qwen2_vl")
     ids = np.array([[1, config.image_token_id, 2]])
     kwargs = {"image_grid_thw": [[1, 2, 2]]}

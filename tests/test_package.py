@@ -1,10 +1,21 @@
-"""The package surface: a small public API, ``import mrope`` without torch or triton, one error class."""
+"""The package surface: a small public API, ``import mrope`` without torch or triton, one error class,
+and a wheel that ships the library alone (the peers and the benchmarks stay in the repository)."""
 
+import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
+import zipfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pytest
 
 import mrope
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_public_names():
@@ -17,6 +28,8 @@ def test_public_names():
         "supported_model_types",
     ]
     for name in mrope.__all__:
+        if name == "MRotaryEmbedding" and importlib.util.find_spec("torch") is None:
+            continue  # the one name that needs torch, loaded on first use
         assert getattr(mrope, name) is not None, name
 
 
@@ -41,3 +54,42 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "not_a_name" in str(err)
     else:
         raise AssertionError("mrope.not_a_name did not raise")
+
+
+def test_no_test_or_benchmark_module_is_importable_from_the_package():
+    for name in ("mrope.peers", "mrope.bench", "mrope.cli"):
+        assert importlib.util.find_spec(name) is None, f"{name} is part of the installed package"
+
+
+def _require_build_backend() -> None:
+    """Skip (fail under CI) where setuptools >= 77, the build backend, is not installed."""
+    try:
+        major = int(version("setuptools").split(".")[0])
+    except PackageNotFoundError:
+        major = 0
+    if major < 77:
+        message = "building the wheel needs setuptools>=77 (make test installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_wheel_ships_only_the_library(tmp_path):
+    """Built from a copy of the sources: only ``mrope/`` modules, none of them peers, benchmarks or a
+    command line, and no console script (every installed command would need more than numpy)."""
+    _require_build_backend()
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*build, "-w", str(tmp_path / "dist"), str(source)], check=True, cwd=tmp_path)
+    (wheel,) = (tmp_path / "dist").glob("mrope-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = [n for n in names if n.endswith(".py")]
+    assert modules and all(n.startswith("mrope/") for n in modules), modules
+    shipped = [n for n in modules if re.search(r"(^|/)(peers|cli|bench|benchmarks|_timing)(/|\.py$)", n)]
+    assert not shipped, f"test or benchmark modules in the wheel: {shipped}"
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")] or [None]
+    text = zipfile.ZipFile(wheel).read(entry_points).decode() if entry_points else ""
+    assert "console_scripts" not in text, f"the wheel installs a command: {text}"

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import peers
+from _peers import require
 from _reference import stream_positions
 from mrope import from_config
 from mrope.core import (
@@ -79,6 +80,7 @@ def test_single_prompts_take_the_one_row_path(monkeypatch):
     # guards the equivalence test above: family.positions and segments really run the one-row pass
     import mrope.families._base as base
 
+    require("transformers")
     calls = []
     for name in ("render_one_row", "segments_one_row"):
         original = getattr(base, name)
