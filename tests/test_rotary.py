@@ -272,8 +272,78 @@ def test_to_empty_after_meta_construction_rebuilds_the_cache_exactly():
     with torch.device("meta"):
         rope = _small("interleaved")
     rope.to_empty(device="cpu")
+    fresh = _small("interleaved")
     assert torch.equal(rope.cos_sin_cache, build_cos_sin_cache(512, 32, 1e4))
-    assert torch.equal(rope.inv_freq, _small("interleaved").inv_freq)
+    assert torch.equal(rope.inv_freq, fresh.inv_freq)
+    assert torch.equal(rope.freq_rows, fresh.freq_rows) and torch.equal(rope.column_rows, fresh.column_rows)
+    pos, q, k = torch.randint(0, 512, (3, 7)), torch.randn(7, 96), torch.randn(7, 48)
+    out, exp = rope(pos, q.clone(), k.clone()), fresh(pos, q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize(("layout", "neox"), [("chunked", True), ("ernie", False)])
+def test_chunked_cpu_rotation_equals_the_whole_tensor_formula(dtype, layout, neox):
+    """The in-place CPU path rotates chunks of tokens through reused buffers; across chunk boundaries,
+    on strided views into a fused qkv, it gives the bits of apply_mrope's whole-tensor arithmetic."""
+    rope = _small(layout, neox=neox, dtype=dtype)  # rotary 32 of head 48
+    num_tokens = 2**19 // (4 * 32) + 37  # q: 4 heads, a chunk of 4096 tokens and a partial one
+    g = torch.Generator().manual_seed(4)
+    positions = torch.randint(0, 512, (3, num_tokens), generator=g)
+    qkv = torch.randn(num_tokens, (4 + 1 + 1) * 48, generator=g).to(dtype)
+    q, k = qkv[:, : 4 * 48], qkv[:, 4 * 48 : 5 * 48]
+    exp_q, exp_k = apply_mrope(rope, positions, q, k)
+    before_v = qkv[:, 5 * 48 :].clone()
+    out_q, out_k = rope(positions, q, k)
+    assert out_q is q and out_k is k
+    assert torch.equal(q, exp_q) and torch.equal(k, exp_k)
+    assert torch.equal(qkv[:, 5 * 48 :], before_v)
+
+
+def _compiled(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, fullgraph=True, backend="aot_eager")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("layout", "neox"), [("interleaved", True), ("ernie", False)])
+@pytest.mark.parametrize("kind", ["int3", "int1", "float3"])
+def test_compiled_native_forward_equals_eager(dtype, layout, neox, kind):
+    """torch.compile(fullgraph=True) traces the native path (plain torch ops, no graph break with
+    check_positions=False) and keeps the in-place writes: the same bits as eager."""
+    section = {"interleaved": (6, 5, 5), "ernie": (6, 6, 4)}[layout]
+    kw = {"layout": layout, "is_neox_style": neox, "dtype": dtype, "check_positions": False}
+    rope = MRotaryEmbedding(48, 32, 512, 1e4, section, backend="native", **kw)
+    g = torch.Generator().manual_seed(6)
+    positions = {
+        "int3": torch.randint(0, 512, (3, 9), generator=g),
+        "int1": torch.randint(0, 512, (9,), generator=g),
+        "float3": torch.rand(3, 9, generator=g) * 500,
+    }[kind]
+    q, k = torch.randn(9, 2 * 48, generator=g).to(dtype), torch.randn(9, 1, 48, generator=g).to(dtype)
+    exp = rope(positions, q.clone(), k.clone())
+    in_q, in_k = q.clone(), k.clone()
+    out = _compiled(rope)(positions, in_q, in_k)
+    assert torch.equal(in_q, exp[0]) and torch.equal(in_k, exp[1])
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+    seq_lens, deltas = torch.tensor([5, 9, 1]), torch.tensor([-2, 30, 0])
+    exp = rope.forward_decode(seq_lens, deltas, q[:3].clone(), k[:3].clone())
+    out = _compiled(rope.forward_decode)(seq_lens, deltas, q[:3].clone(), k[:3].clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+
+
+def test_compiled_checked_forward_still_raises():
+    """With check_positions the range check runs outside the graph (it reads values back), so compiled
+    code still refuses positions past the cache with the same error."""
+    rope = _small("chunked")
+    torch._dynamo.reset()
+    compiled = torch.compile(rope, backend="aot_eager")
+    pos, q, k = torch.randint(0, 512, (3, 4)), torch.randn(4, 96), torch.randn(4, 48)
+    exp = rope(pos, q.clone(), k.clone())
+    out = compiled(pos, q.clone(), k.clone())
+    assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
+    with pytest.raises(MRopeError, match=r"positions span \[0, 512\], outside the cos/sin cache"):
+        compiled(torch.tensor([[0, 1, 2, 512]] * 3), q, k)
 
 
 @pytest.mark.parametrize("backend", ["native", "auto"])

@@ -367,6 +367,15 @@ class MRotaryEmbedding(nn.Module):
         return query.device.type == "cuda" and _triton_available()
 
     def _check_range(self, positions: torch.Tensor) -> None:
+        """Raise :class:`MRopeError` if positions leave the cache. It reads values back to the host, so
+        torch.compile runs it outside the graph (a graph break: ``fullgraph=True`` needs
+        ``check_positions=False``); wrapped only then, as ``torch.compiler.disable`` imports dynamo."""
+        if torch.compiler.is_compiling():
+            torch.compiler.disable(self._check_range_eagerly)(positions)
+        else:
+            self._check_range_eagerly(positions)
+
+    def _check_range_eagerly(self, positions: torch.Tensor) -> None:
         if positions.numel() == 0:
             return
         if positions.is_floating_point():
@@ -557,51 +566,68 @@ def _heads(x: torch.Tensor, head_size: int) -> torch.Tensor:
     return x.view(x.shape[0], x.shape[1] // head_size, head_size) if x.ndim == 2 else x
 
 
+def _rotated(
+    rot: torch.Tensor, cos_sin: torch.Tensor, is_neox_style: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotated channel sets of ``rot`` (``(num_tokens, num_heads, rotary_dim)``), new tensors in the
+    compute dtype: ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``, each product rounded."""
+    compute = torch.promote_types(rot.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    half = rot.shape[-1] // 2
+    cos, sin = cos_sin[:, None, :half].to(compute), cos_sin[:, None, half:].to(compute)
+    x1, x2 = (h.to(compute) for h in _halves(rot, is_neox_style))
+    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
 def _rotate_inplace(
     x: torch.Tensor, cos_sin: torch.Tensor, head_size: int, rotary_dim: int, is_neox_style: bool
 ) -> None:
     """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place with ``cos_sin``.
 
     ``cos_sin`` is ``(num_tokens, rotary_dim)`` ``[cos | sin]``. The arithmetic is float32 (float64 for
-    float64 ``x``), ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin`` with each product rounded, as
-    transformers computes in float32, and the result rounds once to ``x``'s dtype. On the CPU the tokens
-    go in chunks through reused work buffers that stay in cache; elsewhere, and under torch.compile
-    (which fuses the ops), in one chunk.
+    float64 ``x``) as in :func:`_rotated`, as transformers computes in float32, and the result rounds
+    once to ``x``'s dtype. On the CPU the tokens go in chunks through reused work buffers that stay in
+    the core's cache, with the same operations in the same order (the same bits); on other devices and
+    under torch.compile (which fuses the ops) the values are computed whole and copied in.
     """
     heads = _heads(x, head_size)
+    rot = heads[..., :rotary_dim]
+    if heads.device.type != "cpu" or torch.compiler.is_compiling():
+        for dst, value in zip(
+            _halves(rot, is_neox_style), _rotated(rot, cos_sin, is_neox_style), strict=True
+        ):
+            dst.copy_(value)
+        return
     num_tokens, num_heads = heads.shape[0], heads.shape[1]
     if num_tokens == 0:
         return
     half = rotary_dim // 2
-    compute = torch.promote_types(x.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    compute = torch.promote_types(x.dtype, torch.float32)
     cos_sin = cos_sin.to(compute)
-    chunk = num_tokens
-    if heads.device.type == "cpu" and not torch.compiler.is_compiling():
-        chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
+    chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
     in_place = x.dtype == compute  # else: rotate a float32 copy, round it back once
-    work = torch.empty((chunk, num_heads, half if in_place else rotary_dim), dtype=compute, device=x.device)
-    out = None if in_place else torch.empty((chunk, num_heads, rotary_dim), dtype=compute, device=x.device)
-    product = torch.empty((chunk, num_heads, half), dtype=compute, device=x.device)
+    work = torch.empty((chunk, num_heads, half if in_place else rotary_dim), dtype=compute)
+    out = None if in_place else torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
+    product = torch.empty((chunk, num_heads, half), dtype=compute)
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)
         size = stop - start
-        rot = heads[start:stop, :, :rotary_dim]
+        part = rot[start:stop]
         cos, sin = cos_sin[start:stop, None, :half], cos_sin[start:stop, None, half:]
         prod = product[:size]
         if out is None:
-            x1, x2 = _halves(rot, is_neox_style)
+            x1, x2 = _halves(part, is_neox_style)
             saved = work[:size].copy_(x1)
             x1.mul_(cos)
             x1.sub_(torch.mul(x2, sin, out=prod))
             x2.mul_(cos)
             x2.add_(torch.mul(saved, sin, out=prod))
         else:
-            src = work[:size].copy_(rot)
+            src = work[:size].copy_(part)
             dst = out[:size]
             (x1, x2), (y1, y2) = _halves(src, is_neox_style), _halves(dst, is_neox_style)
             torch.mul(x1, cos, out=y1).sub_(torch.mul(x2, sin, out=prod))
             torch.mul(x2, cos, out=y2).add_(torch.mul(x1, sin, out=prod))
-            rot.copy_(dst)
+            part.copy_(dst)
 
 
 def apply_mrope_inplace(
@@ -657,14 +683,10 @@ def apply_mrope(
     positions = _check_positions(positions, query)
     _check_qk(rope, query, key, positions.shape[-1])
     outs, cos_sin = [], rope._cos_sin_rows(rope._checked_or_clamped(positions))
-    half = rope.rotary_dim // 2
     for x in (query, key):
         num_heads = x.shape[1] // rope.head_size if x.ndim == 2 else x.shape[1]
         heads = x.reshape(x.shape[0], num_heads, rope.head_size)
-        compute = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = cos_sin[:, None, :half].to(compute), cos_sin[:, None, half:].to(compute)
-        x1, x2 = (h.to(compute) for h in _halves(heads[..., : rope.rotary_dim], rope.is_neox_style))
-        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin  # the arithmetic of _rotate_inplace
+        o1, o2 = _rotated(heads[..., : rope.rotary_dim], cos_sin, rope.is_neox_style)
         rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
         out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
         outs.append(out.reshape(x.shape))

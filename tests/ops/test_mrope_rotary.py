@@ -183,3 +183,83 @@ def test_auto_backend_uses_the_kernel_on_cuda(monkeypatch):
     q, k = _qk(2, 2, 1, 48, torch.bfloat16)
     rope(torch.zeros(3, 2, dtype=torch.int64, device=DEVICE), q, k)
     assert calls == [1]
+
+
+def _graph_targets(fn, *args):
+    """Run ``torch.compile(fn, fullgraph=True)`` once; return its result and the call targets of the
+    one graph Dynamo captured (a graph break would raise)."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, fullgraph=True, backend=record)(*args)
+    assert len(graphs) == 1
+    return out, [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+
+
+@pytest.mark.parametrize("rows", [3, 1])
+def test_compiled_forward_is_one_custom_op_node_that_mutates_query_and_key(rows):
+    """torch.compile sees the kernel as the custom op, not the Triton launch, and keeps its mutation:
+    compiled (fullgraph; aot_eager functionalizes the in-place op) equals eager, in place."""
+    native, triton = _pair("interleaved", torch.bfloat16, check_positions=False)
+    positions = torch.randint(0, 256, (3, 5) if rows == 3 else (5,), device=DEVICE)
+    q, k = _qk(5, 3, 2, 48, torch.bfloat16)
+    exp = triton(positions, q.clone(), k.clone())
+    (out_q, out_k), targets = _graph_targets(triton, positions, q.clone(), k.clone())
+    assert targets == ["mrope.rotary_qk.default"]
+    assert torch.equal(out_q, exp[0]) and torch.equal(out_k, exp[1])
+    torch._dynamo.reset()
+    compiled = torch.compile(triton, fullgraph=True, backend="aot_eager")
+    in_q, in_k = q.clone(), k.clone()
+    out_q, out_k = compiled(positions, in_q, in_k)
+    assert torch.equal(in_q, exp[0]) and torch.equal(in_k, exp[1])
+    assert torch.equal(out_q, exp[0]) and torch.equal(out_k, exp[1])
+    torch.testing.assert_close(out_q, native(positions, q.clone(), k.clone())[0], rtol=2**-7, atol=1e-6)
+
+
+def test_compiled_decode_is_one_custom_op_node():
+    _, triton = _pair("chunked", torch.float32, check_positions=False)
+    seq_lens = torch.tensor([3, 17, 1], device=DEVICE)
+    deltas = torch.tensor([-1, 100, 0], device=DEVICE)
+    q, k = _qk(3, 2, 1, 48, torch.float32)
+    exp = triton.forward_decode(seq_lens, deltas, q.clone(), k.clone())
+    (out_q, out_k), targets = _graph_targets(triton.forward_decode, seq_lens, deltas, q.clone(), k.clone())
+    assert targets == ["mrope.rotary_qk_decode.default"]
+    assert torch.equal(out_q, exp[0]) and torch.equal(out_k, exp[1])
+    torch._dynamo.reset()
+    in_q, in_k = q.clone(), k.clone()
+    torch.compile(triton.forward_decode, fullgraph=True, backend="aot_eager")(seq_lens, deltas, in_q, in_k)
+    assert torch.equal(in_q, exp[0]) and torch.equal(in_k, exp[1])
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_custom_ops_pass_opcheck(neox):
+    """Schema (declared mutations), fake implementation, autograd registration and AOT dispatch."""
+    _, triton = _pair("ernie", torch.bfloat16, neox=neox)
+    q, k = _qk(4, 2, 1, 48, torch.bfloat16)
+    cache, rows = triton.cos_sin_cache, triton.freq_rows
+    positions = torch.randint(0, 256, (3, 4), device=DEVICE)
+    torch.library.opcheck(torch.ops.mrope.rotary_qk.default, (q, k, positions, cache, rows, 48, neox))
+    torch.library.opcheck(torch.ops.mrope.rotary_qk.default, (q, k, positions[0], cache, rows, 48, neox))
+    seq_lens, deltas = torch.tensor([3, 4, 9, 1], device=DEVICE), torch.tensor([0, 7, -2, 5], device=DEVICE)
+    torch.library.opcheck(torch.ops.mrope.rotary_qk_decode.default, (q, k, seq_lens, deltas, cache, 48, neox))
+
+
+def test_kernel_takes_the_layout_table_it_is_given():
+    """The kernel reads each frequency's row from freq_rows, so a table of the other layout rotates as
+    a module of that layout would (it does not derive the layout itself)."""
+    chunked, _ = _pair("chunked", torch.float32)
+    interleaved, _ = _pair("interleaved", torch.float32)
+    positions = torch.randint(0, 256, (3, 5), device=DEVICE)
+    q, k = _qk(5, 2, 1, 48, torch.float32)
+    exp = interleaved(positions, q.clone(), k.clone())
+    from mrope.ops.mrope_rotary import mrope_rotary_inplace
+
+    out_q, out_k = q.clone(), k.clone()
+    mrope_rotary_inplace(out_q, out_k, positions, chunked.cos_sin_cache, interleaved.freq_rows, 48, True)
+    torch.testing.assert_close(out_q, exp[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_k, exp[1], rtol=1e-6, atol=1e-6)
+    assert not torch.equal(chunked.freq_rows, interleaved.freq_rows)
