@@ -9,17 +9,19 @@ any token indices from that table.
 
 from .blocks import Blocks, locate_items
 from .one_row import FEW_BLOCKS, BlockRow, block_rows, blocks_from_rows, render_one_row, segments_one_row
-from .place import COMPATS, Placed, place
+from .place import COMPATS, ItemBlocks, Placed, place
 from .render import build_segments, render, render_all
-from .segments import FIELDS, SegmentTable, render_formula, render_offsets
+from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
 
 __all__ = [
     "FEW_BLOCKS",
+    "ItemBlocks",
     "BlockRow",
     "COMPATS",
     "FIELDS",
     "Blocks",
     "Placed",
+    "SegmentBuilder",
     "SegmentTable",
     "block_rows",
     "blocks_from_rows",

@@ -1,21 +1,32 @@
-"""Place blocks: give every vision block its base position, under a named convention.
+"""Place blocks: give every block its base position, and say where text resumes after it.
 
-This is the only place where the conventions differ. After a vision block, text resumes at
-``max(block) + 1`` under ``"vllm"`` (vLLM, SGLang, transformers <= 5.2, the models' original code)
-and at ``base + max(H', W')`` under ``"transformers"`` (transformers >= 5.3).
+A block's base is the position the next text token would have had. This is the only place where
+the conventions differ and the only place that says where text resumes after a block:
 
-Everything here is a handful of numpy calls over blocks (never tokens): a block's base is its
-index in the row plus the *shift* (``advance - num_tokens``) of the blocks before it in the row.
+- grid blocks (:class:`Blocks`): text resumes at ``max(block) + 1`` under ``"vllm"`` (vLLM, SGLang,
+  transformers <= 5.2, the models' original code) and at ``base + max(H', W')`` under
+  ``"transformers"`` (transformers >= 5.3). A handful of numpy calls over blocks (never tokens): a
+  block's base is its index in the row plus the *shift* (``advance - num_tokens``) of the blocks
+  before it in the row.
+- items laid out by their family (:class:`ItemBlocks`, the Omni thinkers: audio runs, video and audio
+  interleaved, fractional time): text resumes after the item's last piece, at ``last + 1``
+  (transformers' thinker code; no other convention exists for them). A scan over items (never tokens
+  or frames) in the positions' arithmetic: Python ints, or float32 for Qwen3-Omni, each sum rounded
+  once as transformers' float32 code rounds it (a text run's base advances by its length; ``cuts`` are
+  where transformers starts a new run of text, so that the next run's base is rounded there).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._errors import MRopeError
-from .blocks import Blocks
+from .blocks import Blocks, empty_blocks
+from .segments import SegmentBuilder
 
 COMPATS = ("vllm", "transformers")
 #: the arithmetic of scaled video time ``trunc(k * interval)``: the dtype the interval and the product
@@ -66,7 +77,30 @@ class Placed:
     base: np.ndarray  # (num_blocks,) int64, position of the block's (t=0, h=0, w=0) corner
     next_base: np.ndarray  # (num_blocks,) int64, base of the text that follows the block
     row_starts: np.ndarray  # (num_rows,) int64, stream index where each row starts (ascending)
-    delta: np.ndarray  # (num_rows,) int64
+    delta: np.ndarray  # (num_rows,) int64 (float32 for float items)
+    #: the segments of items that their family lays out, written as they were placed (else None)
+    segments: SegmentBuilder | None = None
+
+
+#: a family's layout of item ``i`` at base ``base``: writes its segments to the builder and returns its
+#: largest position and the position of its last piece (text resumes at ``last + 1``)
+ItemLayout = Callable[[int, Any, SegmentBuilder], tuple[Any, Any]]
+
+
+@dataclass(slots=True)
+class ItemBlocks:
+    """Blocks that their family lays out at their base (the Omni thinkers), sorted by ``start``.
+
+    Item ``i`` holds the stream tokens ``[start[i], end[i])`` of row ``row[i]``; ``layout`` writes its
+    segments. ``floats``: positions are float32 (Qwen3-Omni). ``cuts``: sorted stream indices, outside
+    every item, where a new run of text starts (float32: its base is rounded there)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    row: np.ndarray
+    layout: ItemLayout
+    floats: bool = False
+    cuts: np.ndarray | None = None
 
 
 def temporal_index(frame: np.ndarray, interval: np.ndarray | np.floating) -> np.ndarray:
@@ -75,12 +109,17 @@ def temporal_index(frame: np.ndarray, interval: np.ndarray | np.floating) -> np.
     return (frame.astype(interval.dtype) * interval).astype(np.int64)
 
 
-def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str) -> Placed:
+def place(
+    blocks: Blocks | ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str
+) -> Placed:
     """Bases of every block and delta of every row, in one scan over blocks (not tokens).
 
     Rows are ranges ``[row_starts[r], row_starts[r] + row_lengths[r])`` of the stream, in order and
-    disjoint; the stream may hold tokens outside every row (padding).
+    disjoint; the stream may hold tokens outside every row (padding). ``compat`` applies to grid blocks
+    (see the module docstring).
     """
+    if isinstance(blocks, ItemBlocks):
+        return _place_items(blocks, row_starts, row_lengths)
     start = blocks.start
     if start.size == 0:
         return Placed(blocks, start, start, row_starts, np.zeros(row_starts.size, dtype=np.int64))
@@ -104,3 +143,54 @@ def place(blocks: Blocks, row_starts: np.ndarray, row_lengths: np.ndarray, compa
         delta = row_last + 1 - row_lengths
     check_max_position(row_lengths, delta)
     return Placed(blocks, base, next_base, row_starts, delta)
+
+
+def _place_items(items: ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndarray) -> Placed:
+    """:func:`place` of items laid out by their family: one step per item and cut (see the module
+    docstring), the segments written to a :class:`SegmentBuilder` as the items are placed."""
+    num = np.float32 if items.floats else int
+    out = SegmentBuilder(np.float64 if items.floats else np.int64)
+    delta = np.zeros(row_starts.size, dtype=np.float32 if items.floats else np.int64)
+    base = np.zeros(items.start.size, dtype=out.dtype)
+    next_base = np.zeros(items.start.size, dtype=out.dtype)
+    bare = np.ones(row_starts.size, dtype=bool)
+    bare[items.row] = False
+    out.text(row_starts[bare], 0)  # rows of text only: positions 0 .. L-1, delta 0
+    cuts = [] if items.cuts is None else items.cuts.tolist()
+    cut = 0  # the next cut to apply
+    row_of, starts, ends = items.row.tolist(), items.start.tolist(), items.end.tolist()
+    text_start = text_base = row_max = None
+
+    def text_until(stop: int) -> None:
+        """Text runs from ``text_start`` up to ``stop``: one per cut; the next base advances by each
+        run's length."""
+        nonlocal cut, text_start, text_base, row_max
+        while True:
+            end = stop
+            if cut < len(cuts) and cuts[cut] < stop:
+                end = cuts[cut]
+                cut += 1
+            if end > text_start:
+                out.text(text_start, text_base)
+                row_max = max(row_max, num(text_base + (end - text_start - 1)))
+                text_base = num(text_base + (end - text_start))
+                text_start = end
+            if end == stop:
+                return
+
+    for i, r in enumerate(row_of):
+        if i == 0 or row_of[i - 1] != r:  # a new row: text from its start, at position 0
+            text_start, text_base, row_max = int(row_starts[r]), num(0), num(-1)
+            while cut < len(cuts) and cuts[cut] < text_start:
+                cut += 1
+        text_until(starts[i])
+        base[i] = text_base
+        peak, last = items.layout(i, text_base, out)
+        row_max = max(row_max, peak)
+        text_start, text_base = ends[i], num(last + 1)  # text resumes after the item's last piece
+        next_base[i] = text_base
+        if i + 1 == len(row_of) or row_of[i + 1] != r:  # the row's trailing text
+            text_until(int(row_starts[r] + row_lengths[r]))
+            delta[r] = num(num(row_max + 1) - int(row_lengths[r]))
+    check_max_position(row_lengths, delta)
+    return Placed(empty_blocks(), base, next_base, row_starts, delta, out)

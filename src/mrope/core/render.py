@@ -19,20 +19,32 @@ import threading
 import numpy as np
 
 from .place import Placed, temporal_index
-from .segments import HW0, IS_TEXT, NUM_BASE_FIELDS, START, T0, WIDTH, SegmentTable, render_formula
+from .segments import HW0, IS_TEXT, T0, WIDTH, SegmentBuilder, SegmentTable, render_formula
 
-__all__ = ["SegmentTable", "Workspace", "build_segments", "render", "render_all", "workspace"]
+__all__ = [
+    "SegmentBuilder",
+    "SegmentTable",
+    "Workspace",
+    "build_segments",
+    "render",
+    "render_all",
+    "workspace",
+]
 
 
 def build_segments(placed: Placed, length: int) -> SegmentTable:
-    """The segment table of placed blocks in a stream of ``length`` tokens: one text segment per row
-    start and per block end (possibly empty), one segment per video frame.
+    """The segment table of a placed stream of ``length`` tokens.
 
-    The first row's text segment is extended back to index 0 so that the table covers the stream;
-    tokens outside every row (padding) get meaningless positions that the caller masks."""
+    Grid blocks: one text segment per row start and per block end (possibly empty), one segment per
+    video frame. The first row's text segment is extended back to index 0 so that the table covers the
+    stream; tokens outside every row (padding) get meaningless positions that the caller masks. Items
+    that their family lays out (:class:`mrope.core.place.ItemBlocks`) were written to the builder as
+    they were placed."""
+    if placed.segments is not None:
+        return placed.segments.table(length)
     blocks = placed.blocks
     row_starts = placed.row_starts
-    num_rows, n = row_starts.size, blocks.start.size
+    n = blocks.start.size
     frames = blocks.frames
     num_frames = int(frames.sum())
     if num_frames == n:  # every block is a single frame (images, timestamped video frames)
@@ -45,31 +57,14 @@ def build_segments(placed: Placed, length: int) -> SegmentTable:
         frame_start = blocks.start[frame_block] + frame * (blocks.height * blocks.width)[frame_block]
         frame_t0 = frame_base + temporal_index(frame, blocks.interval[frame_block])
         frame_width = blocks.width[frame_block]
-
-    num_text = num_rows + n
-    data = np.empty((NUM_BASE_FIELDS, num_text + num_frames), dtype=np.int64)
-    rows = data[:, :num_rows]  # each row's text, from its start at position 0
-    rows[START] = row_starts
-    rows[START, 0] = 0
-    rows[T0] = rows[HW0] = 0
-    rows[T0:WIDTH, 0] = -row_starts[0]
-    rows[WIDTH] = rows[IS_TEXT] = 1
-    text = data[:, num_rows:num_text]  # the text after each block
-    text[START] = blocks.start + blocks.num_tokens
-    text[T0] = text[HW0] = placed.next_base
-    text[WIDTH] = text[IS_TEXT] = 1
-    frame_data = data[:, num_text:]
-    frame_data[START] = frame_start
-    frame_data[T0] = frame_t0
-    frame_data[HW0] = frame_base
-    frame_data[WIDTH] = frame_width
-    frame_data[IS_TEXT] = 0
+    out = SegmentBuilder(np.int64)
     # at one index: a block's (empty) trailing text, then the next row's start, then a frame
-    rank = np.full(data.shape[1], 2, dtype=np.int64)
-    rank[:num_rows] = 1
-    rank[num_rows:num_text] = 0
-    order = (data[START] * 3 + rank).argsort(kind="stable")
-    return SegmentTable(data.take(order, axis=1), length)
+    out.text(blocks.start + blocks.num_tokens, placed.next_base)
+    row_base = np.zeros(row_starts.size, dtype=np.int64)
+    row_base[:1] = -row_starts[:1]  # the first row's text reaches back to index 0
+    out.text(np.where(np.arange(row_starts.size) == 0, 0, row_starts), row_base)
+    out.add(frame_start, frame_t0, frame_base, frame_width, 0)
+    return out.table(length)
 
 
 _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory

@@ -145,3 +145,52 @@ def render_offsets(
 
     Arrays and tensors: ``offset`` and ``t0`` are overwritten (``t0`` is returned as t); h and w are new."""
     return render_formula(offset, offset // width, offset % width, t0, hw0, is_text)
+
+
+class SegmentBuilder:
+    """Collects segments (rows :data:`FIELDS`, ``ORIGIN`` included) part by part and assembles a
+    :class:`SegmentTable` sorted by start: the one segment builder of the prompt paths (the grid
+    families' :func:`mrope.core.build_segments` and the item scan of :func:`mrope.core.place`).
+
+    ``dtype`` is int64, or float64 holding float32 values (Qwen3-Omni). Segments starting at one index
+    keep the order they were added in (an empty one before the one that holds tokens)."""
+
+    def __init__(self, dtype: type) -> None:
+        self.dtype = dtype
+        self.parts: list[np.ndarray] = []
+
+    def add(
+        self, start: object, t0: object, hw0: object, width: object, is_text: object, origin: object = None
+    ) -> None:
+        """Segments (scalars or equal-length arrays) starting at stream index ``start``; ``origin``
+        defaults to ``start``."""
+        start = np.atleast_1d(np.asarray(start, dtype=np.int64))
+        if not start.size:
+            return
+        part = np.empty((len(FIELDS), start.size), dtype=self.dtype)
+        part[START] = start
+        part[T0] = t0
+        part[HW0] = hw0
+        part[WIDTH] = width
+        part[IS_TEXT] = is_text
+        part[ORIGIN] = start if origin is None else origin
+        self.parts.append(part)
+
+    def add_table(self, data: np.ndarray) -> None:
+        """Segments already laid out as rows (:data:`FIELDS`, or without ``ORIGIN``: ``origin = start``)."""
+        if data.shape[0] == len(FIELDS):
+            self.parts.append(data)
+        else:
+            self.add(data[START], data[T0], data[HW0], data[WIDTH], data[IS_TEXT])
+
+    def text(self, start: object, base: object, origin: object = None) -> None:
+        """Text-like runs from ``start``: ``base + o`` on all rows, ``o`` counted from ``origin``."""
+        self.add(start, base, base, 1, 1, origin)
+
+    def table(self, length: int) -> SegmentTable:
+        """The table over a stream of ``length`` tokens; text from index 0 at position 0 leads it unless
+        a segment starts there."""
+        if not self.parts or min(int(p[START].min()) for p in self.parts) > 0:
+            self.parts.insert(0, np.array([[0], [0], [0], [1], [1], [0]], dtype=self.dtype))
+        data = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts, axis=1)
+        return SegmentTable(data.take(data[START].argsort(kind="stable"), axis=1), length)

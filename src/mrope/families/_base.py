@@ -177,8 +177,10 @@ class Family:
         image_grid_thw: Any,
         video_grid_thw: Any,
         second_per_grid_ts: Any,
+        **inputs: Any,
     ) -> Placed:
         """The stream's blocks (see :meth:`stream_blocks`), placed under the family's convention."""
+        self.check_extra_inputs(inputs)
         blocks = self.stream_blocks(
             ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
         )
@@ -220,9 +222,8 @@ class Family:
         **inputs: Any,
     ) -> tuple[SegmentTable, np.ndarray]:
         """The segment table of a stream and each row's delta (see :meth:`stream_positions`)."""
-        self.check_extra_inputs(inputs)
         placed = self.place_stream(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
         )
         return build_segments(placed, ids.size), placed.delta
 

@@ -9,8 +9,11 @@ An Omni prompt is text plus *items*, each a start marker, placeholder tokens and
   interleaved>, audio_end, vision_end``.
 
 Items are found from their start markers (vectorized); the parser checks every item's placeholder
-counts against its grid or audio length, then each family places the items with a loop over items
-(never over tokens or frames) and writes a :class:`~mrope.core.SegmentTable` with an ``origin`` row.
+counts against its grid or audio length. Each family then describes its items as
+:class:`~mrope.core.place.ItemBlocks`: which stream tokens each item spans, where transformers starts
+new runs of text, and how one item's segments lie at a given base (:meth:`OmniFamily.item_blocks`).
+Placing them (bases, where text resumes, deltas) is :func:`mrope.core.place`'s, and the table is built
+by the shared :class:`~mrope.core.segments.SegmentBuilder`, as for every family.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
-from ..core import SegmentTable, render_all
-from ..core.place import check_max_position
-from ..core.segments import FIELDS
+from ..core import Placed, SegmentTable, build_segments, place, render_all
+from ..core.place import ItemBlocks
 from ._base import Family
 
 IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
@@ -43,42 +45,6 @@ class Items:
     audio: np.ndarray  # index into audio_seqlens, else -1
     num_vision: np.ndarray  # vision placeholders (T * H' * W')
     num_audio: np.ndarray  # audio placeholders
-
-
-class SegmentBuilder:
-    """Collects segments (rows ``FIELDS``) and assembles the table.
-
-    ``dtype`` is int64, or float64 holding float32 values (Qwen3-Omni)."""
-
-    def __init__(self, dtype: type) -> None:
-        self.dtype = dtype
-        self.parts: list[np.ndarray] = []
-
-    def add(self, start: Any, t0: Any, hw0: Any, width: Any, is_text: int, origin: Any = None) -> None:
-        """Segments (scalars or equal-length arrays) starting at stream index ``start``."""
-        start = np.atleast_1d(np.asarray(start, dtype=np.int64))
-        if not start.size:
-            return
-        part = np.empty((len(FIELDS), start.size), dtype=self.dtype)
-        part[0] = start
-        part[1] = t0
-        part[2] = hw0
-        part[3] = width
-        part[4] = is_text
-        part[5] = start if origin is None else origin
-        self.parts.append(part)
-
-    def text(self, start: int, base: Any, origin: Any = None) -> None:
-        """A text-like run from ``start``: ``base + o`` on all rows, ``o`` counted from ``origin``."""
-        self.add(start, base, base, 1, 1, origin)
-
-    def table(self, length: int) -> SegmentTable:
-        """The table over a stream of ``length`` tokens; the first segment reaches back to index 0."""
-        if not self.parts or min(int(p[0].min()) for p in self.parts) > 0:
-            self.text(0, 0)
-        data = np.concatenate(self.parts, axis=1)
-        data = data[:, data[0].argsort(kind="stable")]
-        return SegmentTable(np.ascontiguousarray(data), length)
 
 
 class OmniFamily(Family):
@@ -308,8 +274,45 @@ class OmniFamily(Family):
         return f"{item} with its {audio}" if kind == AUDIO_IN_VIDEO else item
 
     # -- the pipeline ---------------------------------------------------------------------------------
-    def place_stream(self, *args: Any, **kwargs: Any) -> Any:
-        raise MRopeError(f"{self.model_type} places audio too: use stream_segments or stream_positions")
+    def place_stream(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> Placed:
+        """The stream's items (images, videos, audios, videos with their audio), placed."""
+        self.check_extra_inputs(inputs)
+        images, videos, seconds = self.check_vision_inputs(
+            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
+        )
+        seconds = np.ones(len(videos)) if seconds is None else seconds
+        use_audio_in_video = inputs.get("use_audio_in_video", False)
+        if not isinstance(use_audio_in_video, (bool, np.bool_)):
+            raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+        audio_tokens = self.check_audio_seqlens(inputs.get("audio_seqlens"))
+        items = self.find_items(
+            ids, row_starts, row_lengths, images, videos, audio_tokens, bool(use_audio_in_video)
+        )
+        return place(self.item_blocks(items, images, videos, seconds), row_starts, row_lengths, self.compat)
+
+    def stream_segments(
+        self,
+        ids: np.ndarray,
+        row_starts: np.ndarray,
+        row_lengths: np.ndarray,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        second_per_grid_ts: Any,
+        **inputs: Any,
+    ) -> tuple[SegmentTable, np.ndarray]:
+        placed = self.place_stream(
+            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
+        )
+        return build_segments(placed, ids.size), placed.delta
 
     def stream_positions(
         self,
@@ -326,43 +329,11 @@ class OmniFamily(Family):
         )
         return render_all(table), delta
 
-    def stream_segments(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> tuple[SegmentTable, np.ndarray]:
-        self.check_extra_inputs(inputs)
-        images, videos, seconds = self.check_vision_inputs(
-            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
-        )
-        seconds = np.ones(len(videos)) if seconds is None else seconds
-        use_audio_in_video = inputs.get("use_audio_in_video", False)
-        if not isinstance(use_audio_in_video, (bool, np.bool_)):
-            raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
-        audio_tokens = self.check_audio_seqlens(inputs.get("audio_seqlens"))
-        items = self.find_items(
-            ids, row_starts, row_lengths, images, videos, audio_tokens, bool(use_audio_in_video)
-        )
-        table, delta = self.place_items(ids.size, row_starts, row_lengths, items, images, videos, seconds)
-        check_max_position(row_lengths, delta)
-        return table, delta
-
-    def place_items(
-        self,
-        length: int,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        items: Items,
-        images: np.ndarray,
-        videos: np.ndarray,
-        seconds: np.ndarray,
-    ) -> tuple[SegmentTable, np.ndarray]:
-        """The family's placement: the segment table of the stream and each row's delta."""
+    def item_blocks(
+        self, items: Items, images: np.ndarray, videos: np.ndarray, seconds: np.ndarray
+    ) -> ItemBlocks:
+        """The family's items as blocks for :func:`mrope.core.place`: spans, text cuts, and the layout
+        of one item at its base."""
         raise NotImplementedError
 
     def item_grid(self, items: Items, i: int, images: np.ndarray, videos: np.ndarray) -> tuple[int, int, int]:

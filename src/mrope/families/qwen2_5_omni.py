@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._errors import MRopeError
-from ..core import SegmentTable
-from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily, SegmentBuilder
+from ..core.place import ItemBlocks
+from ..core.segments import SegmentBuilder
+from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily
 
 
 class Qwen2_5Omni(OmniFamily):
@@ -46,56 +47,40 @@ class Qwen2_5Omni(OmniFamily):
         scaled = np.arange(frames, dtype=np.float32) * np.float32(seconds)
         return (scaled * np.float32(self.position_id_per_seconds)).astype(np.int64)
 
-    def place_items(
-        self,
-        length: int,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        items: Items,
-        images: np.ndarray,
-        videos: np.ndarray,
-        seconds: np.ndarray,
-    ) -> tuple[SegmentTable, np.ndarray]:
-        out = SegmentBuilder(np.int64)
-        delta = np.zeros(row_starts.size, dtype=np.int64)
-        vision = (items.kind != AUDIO).nonzero()[0]  # audio alone is text-like: it breaks no segment
-        bare = np.ones(row_starts.size, dtype=bool)
-        bare[items.row[vision]] = False
-        out.text(row_starts[bare], 0)  # rows of text (and audio) only: delta 0
-        row_of = items.row[vision].tolist()
-        for n, i in enumerate(vision.tolist()):
-            r = row_of[n]
-            if n == 0 or row_of[n - 1] != r:  # a new row: text from its start, at position 0
-                text_start, cur, row_max = int(row_starts[r]), 0, -1
+    def item_blocks(
+        self, items: Items, images: np.ndarray, videos: np.ndarray, seconds: np.ndarray
+    ) -> ItemBlocks:
+        """Vision items only (audio alone is text-like: it breaks no run of positions). A video with its
+        audio spans ``audio_start ... audio_end`` (``vision_start`` before it and ``vision_end`` after it
+        are text): ``audio_start`` shares the position of ``vision_start`` and ``audio_end`` that of
+        ``vision_end``, which follows the last chunk."""
+        vision = (items.kind != AUDIO).nonzero()[0]
+        is_aiv = items.kind[vision] == AUDIO_IN_VIDEO
+        start = np.where(is_aiv, items.bos[vision] + 1, items.content[vision])
+        end = (
+            items.content[vision]
+            + items.num_vision[vision]
+            + np.where(is_aiv, items.num_audio[vision] + 1, 0)
+        )
+
+        def layout(n: int, base: int, out: SegmentBuilder) -> tuple[int, int]:
+            i = int(vision[n])
             kind, content = int(items.kind[i]), int(items.content[i])
             frames, height, width = self.item_grid(items, i, images, videos)
             t = self.time_index(kind, frames, seconds[items.grid[i]] if kind != IMAGE else 1.0)
-            plane = height * width
             if kind == AUDIO_IN_VIDEO:
-                bos = int(items.bos[i])
-                out.text(text_start, cur)
-                cur += bos - text_start  # both start markers at cur
-                out.text(bos + 1, cur)
-                base = cur + 1
+                out.text(content - 1, base - 1)  # audio_start, at vision_start's position
                 last_max, block_max, end = self._audio_in_video(
                     out, content, base, t, height, width, int(items.num_audio[i])
                 )
-                out.text(end, last_max + 1)  # both end markers at last_max + 1
-                text_start, cur = end + 1, last_max + 1
-            else:
-                out.text(text_start, cur)
-                base = cur + content - text_start
-                start = content + np.arange(frames) * plane
-                out.add(start, base + t, base, width, 0)
-                block_max = base + max(int(t[-1]), height - 1, width - 1)
-                text_start, cur = content + frames * plane, block_max + 1
-            row_max = max(row_max, block_max)
-            if n + 1 == len(row_of) or row_of[n + 1] != r:  # the row's trailing text
-                row_end = int(row_starts[r] + row_lengths[r])
-                out.text(text_start, cur)
-                row_max = max(row_max, cur + row_end - text_start - 1)
-                delta[r] = row_max + 1 - int(row_lengths[r])
-        return out.table(length), delta
+                out.text(end, last_max + 1)  # audio_end, at vision_end's position
+                return max(block_max, last_max + 1), last_max
+            plane = height * width
+            out.add(content + np.arange(frames) * plane, base + t, base, width, 0)
+            block_max = base + max(int(t[-1]), height - 1, width - 1)
+            return block_max, block_max
+
+        return ItemBlocks(start, end, items.row[vision], layout)
 
     def _audio_in_video(
         self,
