@@ -330,7 +330,7 @@ def _items(draw: st.DrawFn, family: Any, sizes: _Sizes) -> list[Image | Video | 
     seqlen = st.integers(_min_audio_seqlen(family), sizes.max_audio_seqlen) if kind == "omni" else None
     videos = []
     for _ in range(draw(st.integers(0, sizes.max_videos))):
-        frames = draw(st.integers(1, max(1, sizes.max_frames // temporal))) * temporal
+        frames = draw(st.integers(1, sizes.max_frames)) * temporal
         stamps = tuple(tuple(draw(st.lists(TEXT_IDS, max_size=4))) for _ in range(frames)) if split else ()
         audio = draw(seqlen) if sizes.use_audio_in_video and seqlen is not None else None
         videos.append(Video(frames, draw(side), draw(side), stamps, audio))
@@ -382,7 +382,7 @@ def prompts(
 ) -> st.SearchStrategy[Prompt]:
     """Random prompts of ``family``: text runs of random length (often empty), 0-``max_images`` images
     and 0-``max_videos`` videos (Omni: and 0-``max_audios`` audios) in random order, merged H', W' in
-    1..``max_side``, T in 1..``max_frames`` (a multiple of Ernie's temporal merge; images T in
+    1..``max_side``, T in 1..``max_frames`` (times Ernie's temporal merge size; images T in
     1..``max_image_frames``), random and fractional ``second_per_grid_ts`` (or ``None``) for families
     that scale time, audio lengths up to ``max_audio_seqlen`` feature frames; with
     ``use_audio_in_video`` (Omni) every video carries its audio. Never empty."""
