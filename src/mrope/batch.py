@@ -10,21 +10,21 @@ import numpy as np
 
 from ._backends import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
-from .families import Family, from_config
+from .families import ArrayLike, Family, RequestInputs, from_config
 
 
 def get_rope_index(
     config: Any,
-    input_ids: Any,
+    input_ids: ArrayLike,
     *,
-    image_grid_thw: Any = None,
-    video_grid_thw: Any = None,
-    second_per_grid_ts: Any = None,
-    attention_mask: Any = None,
+    image_grid_thw: ArrayLike | None = None,
+    video_grid_thw: ArrayLike | None = None,
+    second_per_grid_ts: ArrayLike | None = None,
+    attention_mask: ArrayLike | None = None,
     compat: str | None = None,
-    audio_seqlens: Any = None,
+    audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[ArrayLike, ArrayLike]:
     """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
 
     All rows are parsed, placed and rendered together (no loop over rows); grids are consumed in
@@ -53,20 +53,24 @@ def get_rope_index(
         family = config if compat in (None, config.compat) else config.with_compat(compat)
     else:
         family = _family_of(config, compat or "vllm")
-    given = (("audio_seqlens", audio_seqlens), ("use_audio_in_video", use_audio_in_video))
-    inputs = {name: value for name, value in given if value is not None}
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
-    if batch == 0:  # nothing to place; grids must still describe no placeholders
-        positions, deltas = family.stream_positions(
-            ids.reshape(-1),
-            np.zeros(0, dtype=np.int64),
-            np.zeros(0, dtype=np.int64),
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            **inputs,
+
+    def stream_inputs(stream: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray) -> RequestInputs:
+        return family.request_inputs(
+            stream,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+            audio_seqlens=audio_seqlens,
+            use_audio_in_video=use_audio_in_video,
+            row_starts=row_starts,
+            row_lengths=row_lengths,
         )
+
+    if batch == 0:  # nothing to place; grids must still describe no placeholders
+        no_rows = np.zeros(0, dtype=np.int64)
+        positions, deltas = family.stream_positions(stream_inputs(ids.reshape(-1), no_rows, no_rows))
         empty = np.zeros((3, 0, length), dtype=positions.dtype)
         return like_input(empty, input_ids), like_input(deltas.reshape(0, 1), input_ids)
     row_starts = np.arange(batch, dtype=np.int64) * length
@@ -86,9 +90,7 @@ def get_rope_index(
             stream = ids[mask]
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
-    positions, deltas = family.stream_positions(
-        stream, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-    )
+    positions, deltas = family.stream_positions(stream_inputs(stream, row_starts, row_lengths))
     if mask is None:
         position_ids = positions.reshape(3, batch, length)
     elif stream.size == mask.size:

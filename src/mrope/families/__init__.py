@@ -12,6 +12,7 @@ from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
+from .inputs import ArrayLike, RequestInputs
 from .paddleocr_vl import PaddleOCRVL
 from .qwen2_5_omni import Qwen2_5Omni
 from .qwen2_5_vl import Qwen2_5_VL
@@ -90,4 +91,12 @@ def from_config(
     return cls(model_type, compat=compat, video_time=video_time, config=cfg, **settings)
 
 
-__all__ = ["FAMILIES", "Family", "REGISTRY", "from_config", "supported_model_types"]
+__all__ = [
+    "FAMILIES",
+    "REGISTRY",
+    "ArrayLike",
+    "Family",
+    "RequestInputs",
+    "from_config",
+    "supported_model_types",
+]

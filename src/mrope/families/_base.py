@@ -18,6 +18,7 @@ from ..core import (
     FEW_BLOCKS,
     BlockRow,
     Blocks,
+    ItemBlocks,
     Placed,
     SegmentTable,
     block_rows,
@@ -31,11 +32,11 @@ from ..core import (
 )
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
 from ..core.place import MAX_POSITION, check_compat, check_video_time
+from .inputs import ArrayLike, RequestInputs
 
 _ONE_ROW = np.array([0], dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
 _ONE_ROW.flags.writeable = False
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
-_NO_INPUTS: dict[str, Any] = {}  # no Omni inputs (never modified)
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
 _NO_GRIDS.flags.writeable = False
 _FEW_GRIDS = 16  # up to this many grids, a Python pass costs less than numpy calls on tiny arrays
@@ -81,6 +82,8 @@ class Family:
     # keyword inputs beyond the grids that the family takes (Omni: audio_seqlens, use_audio_in_video);
     # every other family refuses them
     extra_inputs: ClassVar[tuple[str, ...]] = ()
+    #: whether the family takes items' offsets (the Omni families locate their items in input_ids)
+    takes_offsets: ClassVar[bool] = True
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
@@ -138,132 +141,127 @@ class Family:
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}, {shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
-    def parse(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        images: np.ndarray,
-        videos: np.ndarray,
-        second_per_grid_ts: np.ndarray | None,
-    ) -> Blocks:
-        """Vision blocks of the stream ``ids`` (see :meth:`place_stream` for the rows)."""
+    def parse(self, inputs: RequestInputs) -> Blocks | ItemBlocks:
+        """The blocks of the stream (rows as in :class:`RequestInputs`): grid blocks, or items that the
+        family lays out itself (the Omni thinkers)."""
         raise NotImplementedError
 
-    # -- shared pipeline ----------------------------------------------------------------------------
-    def stream_blocks(
+    # -- the API boundary ---------------------------------------------------------------------------
+    def request_inputs(
         self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-    ) -> Blocks:
-        """Check the grids and parse the stream into its vision blocks.
-
-        Rows are ``[row_starts[r], row_starts[r] + row_lengths[r])``; ids outside every row must not
-        be placeholders (the batch API blanks padding to -1)."""
+        input_ids: ArrayLike,
+        *,
+        image_grid_thw: ArrayLike | None = None,
+        video_grid_thw: ArrayLike | None = None,
+        second_per_grid_ts: ArrayLike | None = None,
+        image_offsets: ArrayLike | None = None,
+        video_offsets: ArrayLike | None = None,
+        audio_seqlens: ArrayLike | None = None,
+        use_audio_in_video: bool | None = None,
+        row_starts: np.ndarray | None = None,
+        row_lengths: np.ndarray | None = None,
+    ) -> RequestInputs:
+        """The checked inputs of one call (see :meth:`positions` for the arguments): every rule on them
+        is checked here, once. ``row_starts`` and ``row_lengths`` (int64 arrays, the batch API) make
+        ``input_ids`` a stream of several rows; by default it is one prompt."""
+        if audio_seqlens is not None or use_audio_in_video is not None:
+            given = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
+            self.check_extra_inputs({k: v for k, v in given.items() if v is not None})
+        if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
+            raise MRopeError(self.no_offsets_message())
+        if image_offsets is None or video_offsets is None or type(input_ids) is not list:
+            ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        else:  # only the items' own tokens are read: a list is not converted
+            ids = input_ids
+        if row_starts is None or row_lengths is None:
+            row_starts, row_lengths = _ONE_ROW, np.array([len(ids)], dtype=np.int64)
         images, videos, seconds = self.check_vision_inputs(
-            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
+            image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
         )
-        return self.parse(ids, row_starts, row_lengths, images, videos, seconds)
-
-    def place_stream(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> Placed:
-        """The stream's blocks (see :meth:`stream_blocks`), placed under the family's convention."""
-        self.check_extra_inputs(inputs)
-        blocks = self.stream_blocks(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
+        audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
+        return RequestInputs(
+            ids,
+            row_starts,
+            row_lengths,
+            images,
+            videos,
+            seconds,
+            check_offsets(image_offsets, len(images), "image"),
+            check_offsets(video_offsets, len(videos), "video"),
+            audio_tokens,
+            audio_in_video,
         )
-        return place(blocks, row_starts, row_lengths, self.compat)
 
-    def stream_positions(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (3, len(ids)) of a stream (rows as in :meth:`stream_blocks`) and each row's delta.
+    def no_offsets_message(self) -> str:
+        """The refusal of offsets by a family that does not take them."""
+        return f"{self.model_type} takes no image_offsets or video_offsets"
 
-        ``inputs``: the family's :attr:`extra_inputs` (Omni); other families refuse any."""
-        self.check_extra_inputs(inputs)
-        blocks = self.stream_blocks(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts
-        )
-        if row_starts.size == 1 and row_lengths[0] == ids.size and blocks.start.size <= FEW_BLOCKS:
-            positions, delta = render_one_row(block_rows(blocks), ids.size, self.compat)
+    def check_audio_inputs(
+        self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
+    ) -> tuple[np.ndarray | None, bool]:
+        """Placeholder tokens per audio and whether videos carry their audio (families without audio
+        were refused any by :meth:`check_extra_inputs`)."""
+        return None, False
+
+    # -- shared pipeline ----------------------------------------------------------------------------
+    def place_stream(self, inputs: RequestInputs) -> Placed:
+        """The stream's blocks, placed under the family's convention."""
+        return place(self.parse(inputs), inputs.row_starts, inputs.row_lengths, self.compat)
+
+    def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (3, L) of a stream (int64, float32 for Qwen3-Omni) and each row's delta."""
+        blocks = self.parse(inputs)
+        if isinstance(blocks, Blocks) and inputs.is_one_row and blocks.start.size <= FEW_BLOCKS:
+            positions, delta = render_one_row(block_rows(blocks), inputs.length, self.compat)
             return positions, np.array([delta], dtype=np.int64)
-        placed = place(blocks, row_starts, row_lengths, self.compat)
-        if ids.size == 0:
+        placed = place(blocks, inputs.row_starts, inputs.row_lengths, self.compat)
+        if inputs.length == 0:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
-        return render_all(build_segments(placed, ids.size)), placed.delta
+        return render_all(build_segments(placed, inputs.length)), placed.delta
 
-    def stream_segments(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> tuple[SegmentTable, np.ndarray]:
-        """The segment table of a stream and each row's delta (see :meth:`stream_positions`)."""
-        placed = self.place_stream(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-        )
-        return build_segments(placed, ids.size), placed.delta
+    def stream_segments(self, inputs: RequestInputs) -> tuple[SegmentTable, np.ndarray]:
+        """The segment table of a stream and each row's delta."""
+        placed = self.place_stream(inputs)
+        return build_segments(placed, inputs.length), placed.delta
 
     def segments(
         self,
-        input_ids: Any,
+        input_ids: ArrayLike,
         *,
-        image_grid_thw: Any = None,
-        video_grid_thw: Any = None,
-        second_per_grid_ts: Any = None,
-        image_offsets: Any = None,
-        video_offsets: Any = None,
-        audio_seqlens: Any = None,
+        image_grid_thw: ArrayLike | None = None,
+        video_grid_thw: ArrayLike | None = None,
+        second_per_grid_ts: ArrayLike | None = None,
+        image_offsets: ArrayLike | None = None,
+        video_offsets: ArrayLike | None = None,
+        audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
     ) -> tuple[SegmentTable, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
-        The arguments are those of :meth:`positions`. Omni tables may carry an ``origin`` row and, for
-        Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.render`)."""
-        return self._one_prompt(
-            True,
+        The arguments are those of :meth:`positions`. Omni tables carry an ``origin`` row and, for
+        Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`)."""
+        inputs = self.request_inputs(
             input_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            image_offsets,
-            video_offsets,
-            _given(audio_seqlens, use_audio_in_video),
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+            image_offsets=image_offsets,
+            video_offsets=video_offsets,
+            audio_seqlens=audio_seqlens,
+            use_audio_in_video=use_audio_in_video,
         )
+        return self.prompt(inputs, segments=True)
 
     def positions(
         self,
-        input_ids: Any,
+        input_ids: ArrayLike,
         *,
-        image_grid_thw: Any = None,
-        video_grid_thw: Any = None,
-        second_per_grid_ts: Any = None,
-        image_offsets: Any = None,
-        video_offsets: Any = None,
-        audio_seqlens: Any = None,
+        image_grid_thw: ArrayLike | None = None,
+        video_grid_thw: ArrayLike | None = None,
+        second_per_grid_ts: ArrayLike | None = None,
+        image_offsets: ArrayLike | None = None,
+        video_offsets: ArrayLike | None = None,
+        audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
     ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
@@ -303,80 +301,42 @@ class Family:
             lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
             wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
         """
-        return self._one_prompt(
-            False,
+        inputs = self.request_inputs(
             input_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            image_offsets,
-            video_offsets,
-            _given(audio_seqlens, use_audio_in_video),
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+            image_offsets=image_offsets,
+            video_offsets=video_offsets,
+            audio_seqlens=audio_seqlens,
+            use_audio_in_video=use_audio_in_video,
         )
+        return self.prompt(inputs, segments=False)
 
-    def _one_prompt(
-        self,
-        segments: bool,
-        input_ids: Any,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        image_offsets: Any,
-        video_offsets: Any,
-        inputs: dict[str, Any],
-    ) -> tuple[Any, int | float]:
+    def prompt(self, inputs: RequestInputs, *, segments: bool) -> tuple[Any, int | float]:
         """The segment table (``segments``) or the positions of one prompt, and its delta as a Python
         number."""
-        if inputs or self.extra_inputs:  # Omni: its own pipeline (other families refuse the inputs)
-            if image_offsets is not None or video_offsets is not None:
-                raise MRopeError(
-                    f"{self.model_type} locates its items in input_ids: it takes no image_offsets or "
-                    "video_offsets"
-                )
-            ids = to_int_array(input_ids, name="input_ids", ndim=1)
-            method = self.stream_segments if segments else self.stream_positions
-            rows = np.array([0, ids.size], dtype=np.int64)
-            result, delta = method(
-                ids, rows[:1], rows[1:], image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-            )
-            return result, delta[0].item()
-        if image_offsets is None or video_offsets is None or type(input_ids) is not list:
-            ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        else:  # only the items' own tokens are read: a list is not converted
-            ids = input_ids
-        images, videos, seconds = self.check_vision_inputs(
-            image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
-        )
-        image_offsets = check_offsets(image_offsets, len(images), "image")
-        video_offsets = check_offsets(video_offsets, len(videos), "video")
-        blocks = self.prompt_blocks(ids, images, videos, seconds, image_offsets, video_offsets)
-        length = len(ids)
+        blocks = self.prompt_blocks(inputs)
+        length = inputs.length
         if isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
             blocks = block_rows(blocks)
         if isinstance(blocks, list):
             one_row = segments_one_row if segments else render_one_row
             return one_row(blocks, length, self.compat)
-        placed = place(blocks, _ONE_ROW, np.array([length], dtype=np.int64), self.compat)
+        placed = place(blocks, inputs.row_starts, inputs.row_lengths, self.compat)
         table = build_segments(placed, length)
         return (table if segments else render_all(table)), placed.delta[0].item()
 
-    def prompt_blocks(
-        self,
-        ids: Any,
-        images: np.ndarray,
-        videos: np.ndarray,
-        seconds: np.ndarray | None,
-        image_offsets: Any,
-        video_offsets: Any,
-    ) -> Blocks | list[BlockRow]:
-        """The vision blocks of one prompt, sorted: :class:`Blocks`, or :data:`BlockRow` tuples when few.
+    def prompt_blocks(self, inputs: RequestInputs) -> Blocks | ItemBlocks | list[BlockRow]:
+        """The blocks of one prompt, sorted: :class:`Blocks` (or :class:`ItemBlocks`), or
+        :data:`BlockRow` tuples when few.
 
-        ``ids``: a 1-D int64 array, or a list when both offsets are given (:func:`as_ids` converts it
-        where a parser scans it); offsets: lists checked by :func:`check_offsets`, or None. Families
-        that take item offsets override this; the base parses the prompt as a one-row stream."""
-        if image_offsets is not None or video_offsets is not None:
-            raise MRopeError(f"{self.model_type} takes no image_offsets or video_offsets")
-        return self.parse(ids, _ONE_ROW, np.array([ids.size], dtype=np.int64), images, videos, seconds)
+        ``inputs.ids``: a 1-D int64 array, or a list when both offsets are given (:func:`as_ids` converts
+        it where a parser scans it). Families that take item offsets override this; the base parses
+        the prompt as a one-row stream."""
+        if inputs.image_offsets is not None or inputs.video_offsets is not None:
+            raise MRopeError(self.no_offsets_message())
+        return self.parse(inputs)
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
@@ -757,11 +717,3 @@ def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     video = np.repeat(np.arange(len(grids)), repeats)
     frame = np.arange(len(split)) - np.repeat(np.cumsum(repeats) - repeats, repeats)
     return split, np.stack([video, frame], axis=1)
-
-
-def _given(audio_seqlens: Any, use_audio_in_video: bool | None) -> dict[str, Any]:
-    """The Omni inputs that were passed (not None), as keyword arguments."""
-    if audio_seqlens is None and use_audio_in_video is None:
-        return _NO_INPUTS
-    given = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
-    return {k: v for k, v in given.items() if v is not None}

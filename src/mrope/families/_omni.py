@@ -26,9 +26,9 @@ import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
-from ..core import Placed, SegmentTable, build_segments, place, render_all
 from ..core.place import ItemBlocks
 from ._base import Family
+from .inputs import ArrayLike, RequestInputs
 
 IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
 
@@ -60,6 +60,7 @@ class OmniFamily(Family):
         "position_id_per_seconds": None,
     }
     extra_inputs = ("audio_seqlens", "use_audio_in_video")
+    takes_offsets = False
     uses_second_per_grid_ts = True
     # Qwen2.5-Omni's to_dict() names the ids *_token_index
     aliases: ClassVar[dict[str, str]] = {
@@ -274,60 +275,33 @@ class OmniFamily(Family):
         return f"{item} with its {audio}" if kind == AUDIO_IN_VIDEO else item
 
     # -- the pipeline ---------------------------------------------------------------------------------
-    def place_stream(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> Placed:
-        """The stream's items (images, videos, audios, videos with their audio), placed."""
-        self.check_extra_inputs(inputs)
-        images, videos, seconds = self.check_vision_inputs(
-            image_grid_thw, video_grid_thw, second_per_grid_ts, ids.size
-        )
-        seconds = np.ones(len(videos)) if seconds is None else seconds
-        use_audio_in_video = inputs.get("use_audio_in_video", False)
+    def no_offsets_message(self) -> str:
+        return f"{self.model_type} locates its items in input_ids: it takes no image_offsets or video_offsets"
+
+    def check_audio_inputs(
+        self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
+    ) -> tuple[np.ndarray, bool]:
+        if use_audio_in_video is None:
+            use_audio_in_video = False
         if not isinstance(use_audio_in_video, (bool, np.bool_)):
             raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
-        audio_tokens = self.check_audio_seqlens(inputs.get("audio_seqlens"))
+        return self.check_audio_seqlens(audio_seqlens), bool(use_audio_in_video)
+
+    def parse(self, inputs: RequestInputs) -> ItemBlocks:
+        """The stream's items (images, videos, audios, videos with their audio), found and checked."""
+        videos = inputs.videos
+        seconds = np.ones(len(videos)) if inputs.seconds is None else inputs.seconds
+        audio_tokens = np.zeros(0, dtype=np.int64) if inputs.audio_tokens is None else inputs.audio_tokens
         items = self.find_items(
-            ids, row_starts, row_lengths, images, videos, audio_tokens, bool(use_audio_in_video)
+            inputs.array,
+            inputs.row_starts,
+            inputs.row_lengths,
+            inputs.images,
+            videos,
+            audio_tokens,
+            inputs.use_audio_in_video,
         )
-        return place(self.item_blocks(items, images, videos, seconds), row_starts, row_lengths, self.compat)
-
-    def stream_segments(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> tuple[SegmentTable, np.ndarray]:
-        placed = self.place_stream(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-        )
-        return build_segments(placed, ids.size), placed.delta
-
-    def stream_positions(
-        self,
-        ids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        image_grid_thw: Any,
-        video_grid_thw: Any,
-        second_per_grid_ts: Any,
-        **inputs: Any,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        table, delta = self.stream_segments(
-            ids, row_starts, row_lengths, image_grid_thw, video_grid_thw, second_per_grid_ts, **inputs
-        )
-        return render_all(table), delta
+        return self.item_blocks(items, inputs.images, videos, seconds)
 
     def item_blocks(
         self, items: Items, images: np.ndarray, videos: np.ndarray, seconds: np.ndarray

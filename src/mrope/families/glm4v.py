@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .._errors import MRopeError
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids, split_frames
+from .inputs import RequestInputs
 
 
 class Glm4V(Family):
@@ -24,8 +23,11 @@ class Glm4V(Family):
     def rotary_is_neox_style(self) -> bool:  # GLM-4.1V rotates GPT-J pairs, GLM-4.5V NeoX halves
         return self.model_type != "glm4v"
 
-    def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
-        return Blocks.concat(list(self.image_and_frame_blocks(ids, row_starts, row_lengths, images, videos)))
+    def parse(self, inputs: RequestInputs) -> Blocks:
+        parts = self.image_and_frame_blocks(
+            inputs.array, inputs.row_starts, inputs.row_lengths, inputs.images, inputs.videos
+        )
+        return Blocks.concat(list(parts))
 
     def image_and_frame_blocks(
         self,
@@ -59,19 +61,13 @@ class Glm4V(Family):
         )
         return image_blocks, frame_blocks
 
-    def prompt_blocks(
-        self,
-        ids: Any,
-        images: np.ndarray,
-        videos: np.ndarray,
-        seconds: np.ndarray | None,
-        image_offsets: list[int] | None,
-        video_offsets: list[int] | None,
-    ) -> Blocks | list[BlockRow]:
+    def prompt_blocks(self, inputs: RequestInputs) -> Blocks | list[BlockRow]:
         """Images at their offsets when the prompt has no videos (given as such); otherwise the prompt is
         scanned (video frames are image tokens inside the video markers) and the offsets are checked."""
+        ids, images, videos = inputs.ids, inputs.images, inputs.videos
+        image_offsets, video_offsets = inputs.image_offsets, inputs.video_offsets
         if image_offsets is None and video_offsets is None:
-            return super().prompt_blocks(ids, images, videos, seconds, None, None)
+            return super().prompt_blocks(inputs)
         if image_offsets is not None and video_offsets is not None and not video_offsets:
             images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
             return self.merge_items([images_at], image_offsets, video_offsets)

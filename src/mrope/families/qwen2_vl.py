@@ -14,27 +14,23 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
+from .inputs import RequestInputs
 
 
 class Qwen2VL(Family):
     model_types = ("qwen2_vl",)
     settings = {"image_token_id": None, "video_token_id": None, "spatial_merge_size": None}
 
-    def parse(self, ids, row_starts, row_lengths, images, videos, second_per_grid_ts) -> Blocks:
-        images = self.token_blocks(ids, self.image_token_id, images, row_starts, row_lengths, what="image")
-        videos = self.video_blocks(ids, videos, second_per_grid_ts, row_starts, row_lengths)
+    def parse(self, inputs: RequestInputs) -> Blocks:
+        ids, rows, lengths = inputs.array, inputs.row_starts, inputs.row_lengths
+        images = self.token_blocks(ids, self.image_token_id, inputs.images, rows, lengths, what="image")
+        videos = self.video_blocks(ids, inputs.videos, inputs.seconds, rows, lengths)
         return Blocks.concat([images, videos])
 
-    def prompt_blocks(
-        self,
-        ids: Any,
-        images: np.ndarray,
-        videos: np.ndarray,
-        seconds: np.ndarray | None,
-        image_offsets: list[int] | None,
-        video_offsets: list[int] | None,
-    ) -> Blocks | list[BlockRow]:
+    def prompt_blocks(self, inputs: RequestInputs) -> Blocks | list[BlockRow]:
         """One prompt's blocks: each modality at its given offsets, or found in ``ids``."""
+        ids, images, videos, seconds = inputs.ids, inputs.images, inputs.videos, inputs.seconds
+        image_offsets, video_offsets = inputs.image_offsets, inputs.video_offsets
         image_part = self.prompt_image_blocks(ids, images, image_offsets)
         video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets)
         if not video_part and isinstance(image_part, list) and len(image_part) < 2:

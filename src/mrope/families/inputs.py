@@ -1,0 +1,62 @@
+"""The inputs of one call, checked once at the API boundary and passed through the pipeline as one object.
+
+:meth:`mrope.families.Family.request_inputs` builds a :class:`RequestInputs` from what the caller gave
+(``input_ids`` and the grids as lists, numpy arrays or torch tensors; offsets; Omni audio inputs): every
+check on the inputs is made there, once, and each later step (parse, place, render) reads the checked
+arrays from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+from .._backends import to_int_array
+
+if TYPE_CHECKING:
+    import torch
+
+    #: what the public API accepts for an array: a (nested) list of numbers, a numpy array, a torch tensor
+    ArrayLike: TypeAlias = np.ndarray | torch.Tensor | list[Any] | tuple[Any, ...]
+else:
+    ArrayLike: TypeAlias = Any  # numpy arrays, torch tensors (imported only where torch is) and lists
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInputs:
+    """One token stream's checked inputs: one prompt, or the real tokens of a padded batch laid end to end.
+
+    ``ids`` is the stream as a 1-D int64 array, or the prompt as the caller's list when both offsets
+    are given (only the items' own tokens are then read). Rows are ``[row_starts[r], row_starts[r] +
+    row_lengths[r])``; ids outside every row are not placeholders (the batch API blanks padding to -1).
+    """
+
+    ids: np.ndarray | list[int]
+    row_starts: np.ndarray  # (num_rows,) int64
+    row_lengths: np.ndarray  # (num_rows,) int64
+    images: np.ndarray  # (num_images, 3) int64 (T, H, W) before merging, checked
+    videos: np.ndarray  # (num_videos, 3) int64, checked
+    seconds: np.ndarray | None  # (num_videos,) float64 seconds per grid step, or None (not given)
+    image_offsets: list[int] | None = None  # one prompt: where each image's placeholders start
+    video_offsets: list[int] | None = None
+    audio_tokens: np.ndarray | None = None  # (num_audios,) int64 placeholder tokens per audio (Omni)
+    use_audio_in_video: bool = False  # Omni: every video carries its audio, interleaved
+
+    @property
+    def array(self) -> np.ndarray:
+        """``ids`` as a 1-D int64 array (a list kept for the offsets path is converted here, where a
+        parser scans it)."""
+        ids = self.ids
+        return ids if isinstance(ids, np.ndarray) else to_int_array(ids, name="input_ids", ndim=1)
+
+    @property
+    def length(self) -> int:
+        """Tokens in the stream."""
+        return len(self.ids)
+
+    @property
+    def is_one_row(self) -> bool:
+        """Whether the stream is one row covering it all (one prompt)."""
+        return self.row_starts.size == 1 and int(self.row_lengths[0]) == len(self.ids)
