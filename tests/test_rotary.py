@@ -287,7 +287,7 @@ def test_chunked_cpu_rotation_equals_the_whole_tensor_formula(dtype, layout, neo
     """The in-place CPU path rotates chunks of tokens through reused buffers; across chunk boundaries,
     on strided views into a fused qkv, it gives the bits of apply_mrope's whole-tensor arithmetic."""
     rope = _small(layout, neox=neox, dtype=dtype)  # rotary 32 of head 48
-    num_tokens = 2**19 // (4 * 32) + 37  # q: 4 heads, a chunk of 4096 tokens and a partial one
+    num_tokens = 2**19 // (4 * 32) + 37  # q: 4 heads of 32 rotated channels, 2 MiB: whole chunks and a part
     g = torch.Generator().manual_seed(4)
     positions = torch.randint(0, 512, (3, num_tokens), generator=g)
     qkv = torch.randn(num_tokens, (4 + 1 + 1) * 48, generator=g).to(dtype)

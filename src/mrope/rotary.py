@@ -423,8 +423,8 @@ class MRotaryEmbedding(nn.Module):
     def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """``[cos | sin]`` of every token, shape ``(num_tokens, rotary_dim)``, float32 (see :meth:`cos_sin`).
 
-        Integer positions take two gathers whatever the layout: the cache rows of all three position
-        rows, then the row of each column (``column_rows``, computed at construction).
+        Integer positions take one gather whatever the layout (the cache rows of all three position
+        rows), then each column keeps its row's value (``column_rows``, computed at construction).
         """
         device = positions.device
         if positions.is_floating_point():
@@ -439,10 +439,9 @@ class MRotaryEmbedding(nn.Module):
         cache = self.cos_sin_cache.to(device)
         if positions.ndim == 1:
             return cache.index_select(0, positions)
-        num_tokens = positions.shape[1]
-        rows = cache.index_select(0, positions.reshape(-1)).view(3, num_tokens, self.rotary_dim)
-        columns = self.column_rows.to(device)[None, None, :].expand(1, num_tokens, -1)
-        return rows.gather(0, columns)[0]
+        t, h, w = cache.index_select(0, positions.reshape(-1)).view(3, positions.shape[1], self.rotary_dim)
+        columns = self.column_rows.to(device)
+        return torch.where(columns == 2, w, torch.where(columns == 1, h, t))
 
 
 def _float_cast_of(fn: Any) -> torch.dtype | None:
@@ -547,10 +546,10 @@ def _check_decode(seq_lens: Any, deltas: Any, query: torch.Tensor) -> tuple[torc
     return seq_lens, deltas
 
 
-#: Elements of each work buffer of the CPU path (2 MiB in float32). Rotating a chunk of tokens at a
+#: Elements of each work buffer of the CPU path (1 MiB in float32). Rotating a chunk of tokens at a
 #: time keeps its rows in the core's cache between the passes; whole-tensor temporaries spill to memory
 #: and page-fault on every call (three times slower in bfloat16).
-_CHUNK_ELEMENTS = 1 << 19
+_CHUNK_ELEMENTS = 1 << 18
 
 
 def _halves(rot: torch.Tensor, is_neox_style: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -602,32 +601,29 @@ def _rotate_inplace(
         return
     half = rotary_dim // 2
     compute = torch.promote_types(x.dtype, torch.float32)
-    cos_sin = cos_sin.to(compute)
     chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
-    in_place = x.dtype == compute  # else: rotate a float32 copy, round it back once
-    work = torch.empty((chunk, num_heads, half if in_place else rotary_dim), dtype=compute)
-    out = None if in_place else torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
-    product = torch.empty((chunk, num_heads, half), dtype=compute)
-    for start in range(0, num_tokens, chunk):
-        stop = min(start + chunk, num_tokens)
-        size = stop - start
-        part = rot[start:stop]
-        cos, sin = cos_sin[start:stop, None, :half], cos_sin[start:stop, None, half:]
-        prod = product[:size]
-        if out is None:
-            x1, x2 = _halves(part, is_neox_style)
-            saved = work[:size].copy_(x1)
-            x1.mul_(cos)
-            x1.sub_(torch.mul(x2, sin, out=prod))
-            x2.mul_(cos)
-            x2.add_(torch.mul(saved, sin, out=prod))
-        else:
-            src = work[:size].copy_(part)
-            dst = out[:size]
-            (x1, x2), (y1, y2) = _halves(src, is_neox_style), _halves(dst, is_neox_style)
-            torch.mul(x1, cos, out=y1).sub_(torch.mul(x2, sin, out=prod))
-            torch.mul(x2, cos, out=y2).add_(torch.mul(x1, sin, out=prod))
-            part.copy_(dst)
+    cos_sin = cos_sin.to(compute)
+    coss, sins = cos_sin[:, None, :half].split(chunk), cos_sin[:, None, half:].split(chunk)
+    if x.dtype == compute:  # in place, keeping a copy of x1
+        saved_chunk, product_chunk = torch.empty((2, chunk, num_heads, half), dtype=compute)
+        x1s, x2s = (h.split(chunk) for h in _halves(rot, is_neox_style))
+        for x1, x2, cos, sin in zip(x1s, x2s, coss, sins, strict=True):
+            saved, prod = saved_chunk[: x1.shape[0]], product_chunk[: x1.shape[0]]
+            saved.copy_(x1)
+            x1.mul_(cos).sub_(torch.mul(x2, sin, out=prod))
+            x2.mul_(cos).add_(torch.mul(saved, sin, out=prod))
+        return
+    # a lower precision: rotate a float32 copy of the chunk, round it back once
+    src_chunk, dst_chunk = torch.empty((2, chunk, num_heads, rotary_dim), dtype=compute)
+    product_chunk = torch.empty((chunk, num_heads, half), dtype=compute)
+    for part, cos, sin in zip(rot.split(chunk), coss, sins, strict=True):
+        size = part.shape[0]
+        src, dst, prod = src_chunk[:size], dst_chunk[:size], product_chunk[:size]
+        src.copy_(part)
+        (x1, x2), (y1, y2) = _halves(src, is_neox_style), _halves(dst, is_neox_style)
+        torch.mul(x1, cos, out=y1).sub_(torch.mul(x2, sin, out=prod))
+        torch.mul(x2, cos, out=y2).add_(torch.mul(x1, sin, out=prod))
+        part.copy_(dst)
 
 
 def apply_mrope_inplace(
