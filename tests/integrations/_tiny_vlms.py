@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+import mrope
+
 VOCAB = 256
 HIDDEN, HEADS, HEAD_DIM = 32, 2, 16
 INIT_RANGE = 1.0
@@ -155,28 +157,43 @@ _AUDIO = {
 }
 
 
-def tiny_config(model_type: str) -> Any:
-    """The default transformers config of ``model_type``, shrunk; special token ids at 232..255."""
+def tiny_config(
+    model_type: str, *, keep_token_ids: bool = False, vision: dict[str, Any] | None = None, **settings: Any
+) -> Any:
+    """The default transformers config of ``model_type``, shrunk; special token ids at 232..255, or, with
+    ``keep_token_ids``, the released ones (for benchmarks on the real prompts: the ids then lie past the
+    tiny vocabulary, so such a model computes positions but cannot embed its prompts). ``vision``:
+    vision_config settings (e.g. ``tokens_per_second``); ``settings``: top-level ones (Omni thinkers:
+    ``position_id_per_seconds``)."""
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type).to_dict()
     kwargs: dict[str, Any] = {
         "text_config": _text_config(default["text_config"]),
-        "vision_config": _vision_config(default["vision_config"]),
+        "vision_config": {**_vision_config(default["vision_config"]), **(vision or {})},
+        **settings,
     }
     if "audio_config" in default:
         kwargs["audio_config"] = dict(_AUDIO)
     if "projector_hidden_size" in default:
         kwargs["projector_hidden_size"] = 64
     keys = [k for k in TOKEN_KEYS if k in default]
-    if model_type in OMNI:  # the thinker config lacks vision_start_token_id; transformers reads it
-        keys.append("vision_start_token_id")
-    kwargs.update({key: VOCAB - len(keys) + i for i, key in enumerate(keys)})
+    if keep_token_ids:
+        if model_type in OMNI:  # the thinker config lacks vision_start_token_id; transformers reads it
+            kwargs["vision_start_token_id"] = mrope.from_config(default).vision_start_token_id
+    else:
+        if model_type in OMNI:
+            keys.append("vision_start_token_id")
+        kwargs.update({key: VOCAB - len(keys) + i for i, key in enumerate(keys)})
     return AutoConfig.for_model(model_type, **kwargs)
 
 
+# whole models around a thinker (not among MODELS: built by the tests that need them)
+WHOLE_MODELS = {"qwen2_5_omni_whole": ("qwen2_5_omni", "Qwen2_5OmniForConditionalGeneration", "whole")}
+
+
 def model_class(model_type: str) -> type:
-    module, name, _ = MODELS[model_type]
+    module, name, _ = MODELS.get(model_type) or WHOLE_MODELS[model_type]
     return getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
 
 

@@ -161,19 +161,20 @@ def patch(model: Any, *, compat: str | None = None) -> Any:
     compat = _resolve_compat(compat)
     owners = _owners(model)
     existing = [p for p in map(_patched, owners) if p is not None]
-    if existing:
-        if all(p.compat == compat for p in existing) and len(existing) == len(owners):
-            return model
+    if any(p.compat != compat for p in existing):
         raise MRopeError(
             f"{type(model).__name__} is already patched with compat={existing[0].compat!r}: call unpatch() "
             f"before patching with compat={compat!r}"
         )
-    config = owners[-1].config
-    try:
-        family = from_config(config, compat=compat)
-    except MRopeError as err:
-        raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
-    replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in owners]
+    if existing:  # patched (an Omni thinker's inner model alone, perhaps): the same family everywhere
+        family = existing[0].family
+    else:
+        try:
+            family = from_config(owners[-1].config, compat=compat)
+        except MRopeError as err:
+            raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
+    missing = [owner for owner in owners if _patched(owner) is None]
+    replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in missing]
     for owner, replacement in replacements:
         owner.get_rope_index = replacement
         if hasattr(owner, "rope_deltas"):
