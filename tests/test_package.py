@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_public_names():
     assert sorted(mrope.__all__) == [
+        "Family",
         "MRopeError",
         "MRotaryEmbedding",
         "PositionTable",
+        "RequestInputs",
         "from_config",
         "get_rope_index",
         "supported_model_types",

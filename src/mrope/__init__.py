@@ -5,13 +5,15 @@
 
 from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
-from .families import from_config, supported_model_types
+from .families import Family, RequestInputs, from_config, supported_model_types
 from .serving import PositionTable
 
 __all__ = [
+    "Family",
     "MRopeError",
     "MRotaryEmbedding",
     "PositionTable",
+    "RequestInputs",
     "from_config",
     "get_rope_index",
     "supported_model_types",

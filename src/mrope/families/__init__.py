@@ -88,6 +88,13 @@ def from_config(
             f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
         )
     settings = {**cls.read_settings(cfg), **overrides}
+    names = cls.setting_names()
+    unknown = sorted(set(settings) - set(names))
+    if unknown:
+        raise MRopeError(f"{model_type} takes no setting {unknown}; its settings are {sorted(names)}")
+    missing = next((name for name in cls.required_settings() if settings.get(name) is None), None)
+    if missing is not None:
+        raise MRopeError(f"{model_type} needs the setting {missing!r} (not found in the config)")
     return cls(model_type, compat=compat, video_time=video_time, config=cfg, **settings)
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -69,15 +70,22 @@ def check_setting(model_type: str, name: str, value: Any) -> None:
         raise MRopeError(f"{model_type}: {name} must be {what}, got {value!r}")
 
 
+#: the fields every family has; the others are its settings
+BASE_FIELDS = ("model_type", "compat", "video_time", "config")
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
 class Family:
     """A model family's M-RoPE position rule, bound to the settings of one config.
 
-    Subclasses set ``model_types`` and ``settings`` (attribute name -> default, ``None`` meaning
-    required) and implement :meth:`parse`. Settings are read from the config by :meth:`read_settings`.
+    A family module subclasses this as a dataclass whose fields beyond :data:`BASE_FIELDS` are its
+    settings (typed; a default where the family has one, else required), read from a config by
+    :meth:`read_settings` and checked at construction (:func:`check_setting`); it implements
+    :meth:`parse`. Construct one with :func:`mrope.from_config`, or directly:
+    ``Qwen2VL("qwen2_vl", image_token_id=..., video_token_id=..., spatial_merge_size=2)``.
     """
 
     model_types: ClassVar[tuple[str, ...]] = ()
-    settings: ClassVar[dict[str, Any]] = {}
     uses_second_per_grid_ts: ClassVar[bool] = False
     # keyword inputs beyond the grids that the family takes (Omni: audio_seqlens, use_audio_in_video);
     # every other family refuses them
@@ -87,48 +95,59 @@ class Family:
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        model_type: str,
-        *,
-        compat: str = "vllm",
-        video_time: str = "float32",
-        config: Mapping[str, Any] | None = None,
-        **settings: Any,
-    ) -> None:
-        self.model_type = model_type
-        self.compat = check_compat(compat)
-        self.video_time = check_video_time(video_time)
-        self.config = dict(config or {})
-        unknown = sorted(set(settings) - set(self.settings))
-        if unknown:
-            raise MRopeError(
-                f"{model_type} takes no setting {unknown}; its settings are {sorted(self.settings)}"
-            )
-        for name, default in self.settings.items():
-            value = settings.get(name, default)
+    model_type: str = field(kw_only=False)
+    #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
+    compat: str = "vllm"
+    #: the arithmetic of scaled video time: "float32" or "float64" (:data:`mrope.core.place.VIDEO_TIMES`)
+    video_time: str = "float32"
+    #: the config the family was read from (its text config makes :meth:`rotary_embedding`)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    if TYPE_CHECKING:  # every family has it (a setting field of each)
+        spatial_merge_size: int
+
+    def __post_init__(self) -> None:
+        check_compat(self.compat)
+        check_video_time(self.video_time)
+        self.config = dict(self.config or {})
+        for name in self.setting_names():
+            value = getattr(self, name)
             if value is None:
-                raise MRopeError(f"{model_type} needs the setting {name!r} (not found in the config)")
-            check_setting(model_type, name, value)
-            setattr(self, name, value)
-        merge = getattr(self, "spatial_merge_size", 1)
+                raise MRopeError(f"{self.model_type} needs the setting {name!r} (not found in the config)")
+            check_setting(self.model_type, name, value)
+        merge = self.spatial_merge_size
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
         self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        """The family's settings: its dataclass fields beyond :data:`BASE_FIELDS`, in order."""
+        return tuple(f.name for f in fields(cls) if f.name not in BASE_FIELDS)
+
+    @classmethod
+    def required_settings(cls) -> tuple[str, ...]:
+        """The settings without a default (a config must give them)."""
+        return tuple(
+            f.name
+            for f in fields(cls)
+            if f.name not in BASE_FIELDS and f.default is MISSING and f.default_factory is MISSING
+        )
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The family's settings and their values."""
+        return {name: getattr(self, name) for name in self.setting_names()}
 
     def with_compat(self, compat: str) -> Family:
         """This family under another convention, with the same settings (overrides and ``video_time``
         included)."""
-        settings = {name: getattr(self, name) for name in self.settings}
-        return type(self)(
-            self.model_type, compat=compat, video_time=self.video_time, config=self.config, **settings
-        )
+        return replace(self, compat=compat)
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
         """Settings found in a config dict: top level first, then ``vision_config``."""
         vision = config.get("vision_config") or {}
         found = {}
-        for name in cls.settings:
+        for name in cls.setting_names():
             if name in config and config[name] is not None:
                 found[name] = config[name]
             elif name in vision and vision[name] is not None:
@@ -136,7 +155,7 @@ class Family:
         return found
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}, {shown})"
 

@@ -47,18 +47,17 @@ class Items:
     num_audio: np.ndarray  # audio placeholders
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class OmniFamily(Family):
-    """Shared settings, audio inputs and parsing of the Omni thinkers; subclasses place the items."""
+    """Shared settings, audio inputs and parsing of the Omni thinkers; subclasses lay out the items."""
 
-    settings = {
-        "image_token_id": None,
-        "video_token_id": None,
-        "audio_token_id": None,
-        "vision_start_token_id": 151652,
-        "audio_start_token_id": None,
-        "spatial_merge_size": None,
-        "position_id_per_seconds": None,
-    }
+    image_token_id: int
+    video_token_id: int
+    audio_token_id: int
+    vision_start_token_id: int = 151652
+    audio_start_token_id: int
+    spatial_merge_size: int
+    position_id_per_seconds: int | float
     extra_inputs = ("audio_seqlens", "use_audio_in_video")
     takes_offsets = False
     uses_second_per_grid_ts = True
@@ -69,8 +68,8 @@ class OmniFamily(Family):
         "audio_token_index": "audio_token_id",
     }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.video_time != "float32":
             raise MRopeError(
                 f"{self.model_type} follows transformers' thinker code, whose video time is float32: "
@@ -86,7 +85,7 @@ class OmniFamily(Family):
             if name not in found and config.get(alias) is not None:
                 found[name] = config[alias]
         audio = config.get("audio_config") or {}
-        for name in cls.settings:
+        for name in cls.setting_names():
             if name not in found and audio.get(name) is not None:
                 found[name] = audio[name]
         return found

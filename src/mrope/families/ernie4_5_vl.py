@@ -7,16 +7,20 @@ A video of grid (T, H, W) has ``T / temporal_merge_size`` temporal steps after m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .qwen2_vl import Qwen2VL
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Ernie4_5_VL(Qwen2VL):
     model_types = ("ernie4_5_vl_moe",)
-    settings = {**Qwen2VL.settings, "temporal_merge_size": None}
     rotary_layout = "ernie"
     rotary_is_neox_style = False
+
+    temporal_merge_size: int
 
     def video_items(
         self, videos: np.ndarray, second_per_grid_ts: np.ndarray | None

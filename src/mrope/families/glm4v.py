@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._errors import MRopeError
@@ -10,14 +12,14 @@ from ._base import Family, as_ids, split_frames
 from .inputs import RequestInputs
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Glm4V(Family):
     model_types = ("glm4v", "glm4v_moe")
-    settings = {
-        "image_token_id": None,
-        "video_start_token_id": None,
-        "video_end_token_id": None,
-        "spatial_merge_size": None,
-    }
+
+    image_token_id: int
+    video_start_token_id: int
+    video_end_token_id: int
+    spatial_merge_size: int
 
     @property
     def rotary_is_neox_style(self) -> bool:  # GLM-4.1V rotates GPT-J pairs, GLM-4.5V NeoX halves

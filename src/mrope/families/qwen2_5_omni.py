@@ -16,6 +16,8 @@ in both ``compat`` modes, is followed by text at ``max(block) + 1``):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._errors import MRopeError
@@ -24,12 +26,14 @@ from ..core.segments import SegmentBuilder
 from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2_5Omni(OmniFamily):
     model_types = ("qwen2_5_omni", "qwen2_5_omni_thinker")
-    settings = {**OmniFamily.settings, "seconds_per_chunk": None}
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    seconds_per_chunk: int | float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.tokens_per_chunk = int(self.position_id_per_seconds * self.seconds_per_chunk)
         if self.tokens_per_chunk <= 0:
             raise MRopeError(

@@ -6,15 +6,19 @@ The product and the truncation are computed in float32 (transformers, SGLang) or
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..core.place import time_interval
 from .qwen2_vl import Qwen2VL
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2_5_VL(Qwen2VL):
     model_types = ("qwen2_5_vl",)
-    settings = {**Qwen2VL.settings, "tokens_per_second": 2}
+
+    tokens_per_second: int | float = 2
     uses_second_per_grid_ts = True
 
     def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:

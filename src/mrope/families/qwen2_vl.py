@@ -8,6 +8,7 @@ split a video into frames separated by timestamps, :meth:`Qwen2VL.video_blocks` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,13 @@ from ._base import Family, as_ids
 from .inputs import RequestInputs
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2VL(Family):
     model_types = ("qwen2_vl",)
-    settings = {"image_token_id": None, "video_token_id": None, "spatial_merge_size": None}
+
+    image_token_id: int
+    video_token_id: int
+    spatial_merge_size: int
 
     def parse(self, inputs: RequestInputs) -> Blocks:
         ids, rows, lengths = inputs.array, inputs.row_starts, inputs.row_lengths

@@ -19,6 +19,8 @@ below 2**24.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..core.place import ItemBlocks
@@ -28,10 +30,12 @@ from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily
 f32 = np.float32
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Qwen3Omni(OmniFamily):
     model_types = ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
-    settings = {**OmniFamily.settings, "n_window": 50}
     rotary_layout = "interleaved"
+
+    n_window: int = 50
 
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
         chunk = self.n_window * 2
