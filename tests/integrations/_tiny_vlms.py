@@ -13,6 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 import mrope
@@ -227,6 +228,21 @@ class Video:
     seconds: float = 0.5
 
 
+@dataclass(frozen=True)
+class Audio:
+    """An audio of ``seqlen`` feature frames (Omni thinkers)."""
+
+    seqlen: int
+
+
+@dataclass(frozen=True)
+class VideoWithAudio:
+    """A video with its audio track (Omni thinkers, ``use_audio_in_video=True``)."""
+
+    video: Video
+    audio: Audio
+
+
 def _ids(config: Any, name: str) -> int:
     value = getattr(config, name, None)
     if value is None:
@@ -252,8 +268,23 @@ def layout(
     images: list[list[int]] = []
     videos: list[list[int]] = []
     seconds: list[float] = []
+    audios: list[int] = []
+
+    def audio_pads(audio: Audio) -> list[int]:  # as many as the audio encoder outputs
+        audios.append(audio.seqlen)
+        count = int(mrope.from_config(config).audio_tokens(np.array([audio.seqlen]))[0])
+        return [_ids(config, "audio_token_id")] * count
+
     for part in parts:
-        if isinstance(part, Image):
+        if isinstance(part, Audio):
+            ids += [config.audio_start_token_id] + audio_pads(part) + [1]  # any text token closes it
+        elif isinstance(part, VideoWithAudio):
+            frames, plane = part.video.frames, part.video.height * part.video.width
+            videos.append([frames, part.video.height * merge, part.video.width * merge])
+            seconds.append(part.video.seconds)
+            ids += [start, config.audio_start_token_id] + [video] * (frames * plane)
+            ids += audio_pads(part.audio) + [1, end]
+        elif isinstance(part, Image):
             images.append([1, part.height * merge, part.width * merge])
             ids += [start] + [image] * (part.height * part.width) + [end]
         elif isinstance(part, Video):
@@ -278,7 +309,7 @@ def layout(
                 ids.append(config.video_end_token_id)
         else:
             ids += list(part)
-    return ids, images, videos, seconds
+    return ids, images, videos, seconds, audios
 
 
 def token_types(model_type: str, config: Any, input_ids: torch.Tensor) -> torch.Tensor:
@@ -318,9 +349,10 @@ def processor_output(
         cols = slice(width - len(ids), width) if left else slice(0, len(ids))
         input_ids[r, cols] = torch.tensor(ids)
         mask[r, cols] = 1
-    images = [g for _, grids, _, _ in laid for g in grids]
-    videos = [g for _, _, grids, _ in laid for g in grids]
-    seconds = [s for *_, secs in laid for s in secs]
+    images = [g for _, grids, *_ in laid for g in grids]
+    videos = [g for _, _, grids, *_ in laid for g in grids]
+    seconds = [s for *_, secs, _ in laid for s in secs]
+    audios = [n for *_, seqlens in laid for n in seqlens]
     # pixel tensors where their shape is the common (patches, channels * patch volume) one; GLM's vision
     # tower counts a video's frames as images, PaddleOCR-VL's takes 5-D pixels
     kind = MODELS[model_type][2]
@@ -340,6 +372,10 @@ def processor_output(
             out["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
         elif model_type in OMNI:
             out["video_second_per_grid"] = torch.tensor(seconds, dtype=torch.float32)
+    if audios:  # the Omni processor's feature mask: one row per audio, its length in ones
+        frames = torch.arange(max(audios))
+        out["feature_attention_mask"] = (frames[None] < torch.tensor(audios)[:, None]).long()
+        out["use_audio_in_video"] = any(isinstance(p, VideoWithAudio) for parts in rows for p in parts)
     return out
 
 

@@ -27,7 +27,18 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import _tiny_vlms  # noqa: E402
-from _tiny_vlms import MAIN, MODELS, OMNI, Image, Video, processor_output, tiny_config, tiny_model  # noqa: E402
+from _tiny_vlms import (  # noqa: E402
+    MAIN,
+    MODELS,
+    OMNI,
+    Audio,
+    Image,
+    Video,
+    VideoWithAudio,
+    processor_output,
+    tiny_config,
+    tiny_model,
+)
 
 import mrope  # noqa: E402
 from mrope.integrations import transformers as mt  # noqa: E402
@@ -35,7 +46,9 @@ from mrope.integrations import transformers as mt  # noqa: E402
 # prompts (rows of parts: text ids, Image(H', W'), Video(T, H', W')), non-square grids throughout
 TEXT_AND_IMAGE = [[[5, 6, 7], Image(2, 3), [8, 9]]]
 IMAGES_AND_VIDEO = [[[5], Image(2, 3), [6], Image(1, 2), [7], Video(6, 2, 1), [8, 9]]]  # T beyond H', W'
-PADDED_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Video(5, 2, 1), [7, 8, 9, 10]]]
+# the three at once (every family runs this one; the main ones all three): text + image in a short row,
+# several images and a video in a long one, left-padded
+PADDED_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Image(2, 1), [7], Video(5, 2, 1), [8, 9]]]
 IMAGES_ONLY_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Image(3, 1), [7, 8, 9, 10]]]
 SCENARIOS = {"text+image": TEXT_AND_IMAGE, "images+video": IMAGES_AND_VIDEO, "padded batch": PADDED_BATCH}
 OTHERS = [t for t in MODELS if t not in MAIN]
@@ -168,6 +181,33 @@ def test_positions_and_deltas_equal_transformers(model_type: str) -> None:
         assert positions.shape == expected.shape and positions.dtype == expected.dtype, what
         assert torch.equal(positions[:, real], expected[:, real]), what
         assert torch.equal(deltas, expected_deltas), f"{what}: rope_deltas {deltas} != {expected_deltas}"
+
+
+# Omni thinkers: an audio, an image, and a video with its audio (use_audio_in_video), left-padded
+OMNI_AUDIO_BATCH = [
+    [[5], Audio(60), [6], Image(2, 3), [7]],
+    [[5, 6, 7], VideoWithAudio(Video(6, 2, 1, seconds=2.0), Audio(230)), [8, 9]],
+]
+
+
+@pytest.mark.parametrize("model_type", OMNI)
+def test_omni_audio(model_type: str, monkeypatch) -> None:
+    model = tiny_model(model_type)
+    inputs = processor_output(model_type, OMNI_AUDIO_BATCH)
+    assert inputs["use_audio_in_video"] and "feature_attention_mask" in inputs
+    expected_positions, expected_deltas = forward_positions(model, inputs)
+    expected = greedy(model, inputs)
+    with patched(model):
+        positions, deltas = forward_positions(model, inputs)
+        with without_transformers_positions(model, monkeypatch):
+            assert_same_generation(expected, greedy(model, inputs), f"{model_type} with audio")
+    real = inputs["attention_mask"].bool()
+    assert torch.equal(positions[:, real], expected_positions[:, real])
+    assert torch.equal(deltas, expected_deltas)
+    assert_same_generation(expected, greedy(model, inputs), f"{model_type} with audio, after unpatch")
+    pipeline = mt.rope_index(inputs, model.config, use_audio_in_video=True)
+    assert torch.equal(pipeline[0][:, real], expected_positions[:, real])
+    assert torch.equal(pipeline[1], expected_deltas)
 
 
 @pytest.mark.parametrize("model_type", MAIN)
