@@ -1,6 +1,7 @@
 """mrope inside transformers (:mod:`mrope.integrations.transformers`), on tiny randomly initialised VLMs of
-every family (``_tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch,
-without it and after ``unpatch``; the positions reaching the language model and ``rope_deltas`` equal
+every family (``_tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch
+(transformers' own ``get_rope_index`` then raises if called), without it and after ``unpatch``; the
+positions reaching the language model and ``rope_deltas`` equal
 transformers' at real tokens; a cached ``forward()`` loop gives the same tokens; wrong positions change
 the tokens (so the comparisons can fail). The data-pipeline call :func:`rope_index` equals transformers'
 positions, and a collated batch of its per-sample results gives ``forward()`` transformers' logits.
