@@ -36,6 +36,8 @@ import numpy as np
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
 from ..families import Family
 
+__all__ = ["MRopeRopeIndex", "installed_compat", "is_patched", "patch", "rope_index", "unpatch"]
+
 #: the first transformers release whose text after a vision block resumes at ``base + max(H', W')``
 TRANSFORMERS_CONVENTION_SINCE = (5, 3)
 COMPATS = ("vllm", "transformers")
