@@ -275,7 +275,7 @@ def test_to_empty_after_meta_construction_rebuilds_the_cache_exactly():
     fresh = _small("interleaved")
     assert torch.equal(rope.cos_sin_cache, build_cos_sin_cache(512, 32, 1e4))
     assert torch.equal(rope.inv_freq, fresh.inv_freq)
-    assert torch.equal(rope.freq_rows, fresh.freq_rows) and torch.equal(rope.column_rows, fresh.column_rows)
+    assert torch.equal(rope.freq_rows, fresh.freq_rows) and torch.equal(rope.column_index, fresh.column_index)
     pos, q, k = torch.randint(0, 512, (3, 7)), torch.randn(7, 96), torch.randn(7, 48)
     out, exp = rope(pos, q.clone(), k.clone()), fresh(pos, q.clone(), k.clone())
     assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])

@@ -35,7 +35,7 @@ from torch import nn
 from ._errors import MRopeError
 
 LAYOUTS = ("chunked", "interleaved", "ernie")
-_BUFFERS = ("cos_sin_cache", "inv_freq", "freq_rows", "column_rows")
+_BUFFERS = ("cos_sin_cache", "inv_freq", "freq_rows", "column_index")
 BACKENDS = ("auto", "native", "triton")
 #: The largest ``max_position``: float32 holds every integer up to ``2**24`` exactly, and the cache's
 #: angles are ``position.float() * inv_freq`` as transformers computes them, so a larger cache would
@@ -121,6 +121,12 @@ def _check_section(mrope_section: Any) -> tuple[int, int, int]:
     return section  # type: ignore[return-value]
 
 
+def _column_index(rows: tuple[int, ...]) -> torch.Tensor:
+    """``row * rotary_dim + column`` of each ``[cos | sin]`` column, its frequency's row ``rows[j]``."""
+    rotary_dim = 2 * len(rows)
+    return torch.tensor([r * rotary_dim + c for c, r in enumerate(rows + rows)], dtype=torch.int64)
+
+
 def _inv_freq(rotary_dim: int, base: float) -> torch.Tensor:
     return 1.0 / (float(base) ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
 
@@ -172,9 +178,10 @@ class MRotaryEmbedding(nn.Module):
     freq_rows : torch.Tensor
         Shape ``(rotary_dim // 2,)``, int64 buffer: the position row of each frequency, computed once
         from the layout here and passed to the Triton kernel.
-    column_rows : torch.Tensor
-        Shape ``(rotary_dim,)``, int64 buffer: the position row of each cache column (``freq_rows``
-        twice, for ``[cos | sin]``), with which the native path gathers all three rows in one call.
+    column_index : torch.Tensor
+        Shape ``(rotary_dim,)``, int64 buffer: where each ``[cos | sin]`` column lies among a token's
+        three cache rows side by side (``row * rotary_dim + column``), computed once from the layout;
+        the native path picks every token's columns with it in one gather.
 
     Examples
     --------
@@ -249,7 +256,7 @@ class MRotaryEmbedding(nn.Module):
         )
         self.register_buffer("inv_freq", _inv_freq(rotary_dim, base), persistent=False)
         self.register_buffer("freq_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
-        self.register_buffer("column_rows", torch.tensor(rows + rows, dtype=torch.int64), persistent=False)
+        self.register_buffer("column_index", _column_index(rows), persistent=False)
 
     def extra_repr(self) -> str:
         return (
@@ -265,7 +272,7 @@ class MRotaryEmbedding(nn.Module):
         ``.to(torch.bfloat16)``, ``.half()``, ``.double()`` set :attr:`dtype` (the dtype of query and
         key) and leave ``cos_sin_cache`` and ``inv_freq`` float32 with their values unchanged (not
         rounded through the new dtype); ``.to(device)`` moves them. ``to_empty`` rebuilds them and the
-        layout tables (``freq_rows``, ``column_rows``).
+        layout tables (``freq_rows``, ``column_index``).
         """
         kept = {name: getattr(self, name) for name in _BUFFERS}
         cast = _float_cast_of(fn)
@@ -286,7 +293,7 @@ class MRotaryEmbedding(nn.Module):
         if name == "inv_freq":
             return _inv_freq(self.rotary_dim, self.base)
         rows = section_rows(self.layout, self.mrope_section)
-        return torch.tensor(rows if name == "freq_rows" else rows + rows, dtype=torch.int64)
+        return torch.tensor(rows, dtype=torch.int64) if name == "freq_rows" else _column_index(rows)
 
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
@@ -423,8 +430,8 @@ class MRotaryEmbedding(nn.Module):
     def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """``[cos | sin]`` of every token, shape ``(num_tokens, rotary_dim)``, float32 (see :meth:`cos_sin`).
 
-        Integer positions take one gather whatever the layout (the cache rows of all three position
-        rows), then each column keeps its row's value (``column_rows``, computed at construction).
+        Integer positions take two gathers whatever the layout: each token's three cache rows, side by
+        side, then its columns from them (``column_index``, computed at construction).
         """
         device = positions.device
         if positions.is_floating_point():
@@ -439,9 +446,8 @@ class MRotaryEmbedding(nn.Module):
         cache = self.cos_sin_cache.to(device)
         if positions.ndim == 1:
             return cache.index_select(0, positions)
-        t, h, w = cache.index_select(0, positions.reshape(-1)).view(3, positions.shape[1], self.rotary_dim)
-        columns = self.column_rows.to(device)
-        return torch.where(columns == 2, w, torch.where(columns == 1, h, t))
+        rows = cache.index_select(0, positions.t().reshape(-1)).view(-1, 3 * self.rotary_dim)
+        return rows.index_select(1, self.column_index.to(device))
 
 
 def _float_cast_of(fn: Any) -> torch.dtype | None:
@@ -566,63 +572,74 @@ def _heads(x: torch.Tensor, head_size: int) -> torch.Tensor:
 
 
 def _rotated(
-    rot: torch.Tensor, cos_sin: torch.Tensor, is_neox_style: bool
+    rot: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox_style: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated channel sets of ``rot`` (``(num_tokens, num_heads, rotary_dim)``), new tensors in the
-    compute dtype: ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``, each product rounded."""
-    compute = torch.promote_types(rot.dtype, torch.float32)  # float32, or float64 for float64 inputs
-    half = rot.shape[-1] // 2
-    cos, sin = cos_sin[:, None, :half].to(compute), cos_sin[:, None, half:].to(compute)
-    x1, x2 = (h.to(compute) for h in _halves(rot, is_neox_style))
+    dtype of ``cos`` and ``sin`` (``(num_tokens, 1, rotary_dim // 2)``): ``x1 * cos - x2 * sin`` and
+    ``x2 * cos + x1 * sin``, each product rounded."""
+    x1, x2 = (h.to(cos.dtype) for h in _halves(rot, is_neox_style))
     return x1 * cos - x2 * sin, x2 * cos + x1 * sin
 
 
-def _rotate_inplace(
-    x: torch.Tensor, cos_sin: torch.Tensor, head_size: int, rotary_dim: int, is_neox_style: bool
-) -> None:
-    """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place with ``cos_sin``.
+def _cos_sin_views(cos_sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin`` of ``(num_tokens, rotary_dim)`` ``[cos | sin]`` as ``(num_tokens, 1, rotary_dim // 2)``
+    in the compute dtype of ``dtype`` (float32, or float64 for float64 inputs)."""
+    compute = torch.promote_types(dtype, torch.float32)
+    return cos_sin.to(compute)[:, None].chunk(2, dim=-1)
 
-    ``cos_sin`` is ``(num_tokens, rotary_dim)`` ``[cos | sin]``. The arithmetic is float32 (float64 for
-    float64 ``x``) as in :func:`_rotated`, as transformers computes in float32, and the result rounds
-    once to ``x``'s dtype. On the CPU the tokens go in chunks through reused work buffers that stay in
-    the core's cache, with the same operations in the same order (the same bits); on other devices and
-    under torch.compile (which fuses the ops) the values are computed whole and copied in.
+
+def _rotate_inplace(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox_style: bool
+) -> None:
+    """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``cos``, ``sin`` as
+    :func:`_cos_sin_views` gives them).
+
+    The arithmetic is that of :func:`_rotated` (float32 as transformers computes it in float32), and
+    the result rounds once to ``x``'s dtype. On the CPU the tokens go in chunks through work buffers
+    that stay in the core's cache, with the same operations in the same order (the same bits); on other
+    devices and under torch.compile (which fuses the ops) the values are computed whole and copied in.
     """
     heads = _heads(x, head_size)
-    rot = heads[..., :rotary_dim]
+    rotary_dim = 2 * cos.shape[-1]
+    rot = heads if rotary_dim == head_size else heads[..., :rotary_dim]
     if heads.device.type != "cpu" or torch.compiler.is_compiling():
-        for dst, value in zip(
-            _halves(rot, is_neox_style), _rotated(rot, cos_sin, is_neox_style), strict=True
-        ):
-            dst.copy_(value)
+        (x1, x2), (o1, o2) = _halves(rot, is_neox_style), _rotated(rot, cos, sin, is_neox_style)
+        x1.copy_(o1)
+        x2.copy_(o2)
         return
     num_tokens, num_heads = heads.shape[0], heads.shape[1]
     if num_tokens == 0:
         return
-    half = rotary_dim // 2
-    compute = torch.promote_types(x.dtype, torch.float32)
     chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
-    cos_sin = cos_sin.to(compute)
-    coss, sins = cos_sin[:, None, :half].split(chunk), cos_sin[:, None, half:].split(chunk)
+    pieces = [(rot, cos, sin)]
+    if chunk < num_tokens:
+        pieces = list(zip(rot.split(chunk), cos.split(chunk), sin.split(chunk), strict=True))
+    compute, half_shape = cos.dtype, (chunk, num_heads, rotary_dim // 2)
     if x.dtype == compute:  # in place, keeping a copy of x1
-        saved_chunk, product_chunk = torch.empty((2, chunk, num_heads, half), dtype=compute)
-        x1s, x2s = (h.split(chunk) for h in _halves(rot, is_neox_style))
-        for x1, x2, cos, sin in zip(x1s, x2s, coss, sins, strict=True):
-            saved, prod = saved_chunk[: x1.shape[0]], product_chunk[: x1.shape[0]]
+        whole = (torch.empty(half_shape, dtype=compute), torch.empty(half_shape, dtype=compute))
+        for part, c, s in pieces:
+            saved, prod = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
+            x1, x2 = _halves(part, is_neox_style)
             saved.copy_(x1)
-            x1.mul_(cos).sub_(torch.mul(x2, sin, out=prod))
-            x2.mul_(cos).add_(torch.mul(saved, sin, out=prod))
+            x1.mul_(c).sub_(torch.mul(x2, s, out=prod))
+            x2.mul_(c).add_(torch.mul(saved, s, out=prod))
         return
     # a lower precision: rotate a float32 copy of the chunk, round it back once
-    src_chunk, dst_chunk = torch.empty((2, chunk, num_heads, rotary_dim), dtype=compute)
-    product_chunk = torch.empty((chunk, num_heads, half), dtype=compute)
-    for part, cos, sin in zip(rot.split(chunk), coss, sins, strict=True):
-        size = part.shape[0]
-        src, dst, prod = src_chunk[:size], dst_chunk[:size], product_chunk[:size]
+    src, dst = (torch.empty((chunk, num_heads, rotary_dim), dtype=compute) for _ in range(2))
+    whole = (
+        src,
+        dst,
+        torch.empty(half_shape, dtype=compute),
+        *_halves(src, is_neox_style),
+        *_halves(dst, is_neox_style),
+    )
+    for part, c, s in pieces:
+        src, dst, prod, x1, x2, y1, y2 = (
+            whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
+        )
         src.copy_(part)
-        (x1, x2), (y1, y2) = _halves(src, is_neox_style), _halves(dst, is_neox_style)
-        torch.mul(x1, cos, out=y1).sub_(torch.mul(x2, sin, out=prod))
-        torch.mul(x2, cos, out=y2).add_(torch.mul(x1, sin, out=prod))
+        torch.mul(x1, c, out=y1).sub_(torch.mul(x2, s, out=prod))
+        torch.mul(x2, c, out=y2).add_(torch.mul(x1, s, out=prod))
         part.copy_(dst)
 
 
@@ -649,10 +666,10 @@ def apply_mrope_inplace(
             query, key, positions, rope.cos_sin_cache, rope.freq_rows, rope.head_size, rope.is_neox_style
         )
         return
-    cos_sin = rope._cos_sin_rows(rope._checked_or_clamped(positions))
+    cos, sin = _cos_sin_views(rope._cos_sin_rows(rope._checked_or_clamped(positions)), query.dtype)
     with torch.no_grad():
-        for x in (query, key):
-            _rotate_inplace(x, cos_sin, rope.head_size, rope.rotary_dim, rope.is_neox_style)
+        _rotate_inplace(query, cos, sin, rope.head_size, rope.is_neox_style)
+        _rotate_inplace(key, cos, sin, rope.head_size, rope.is_neox_style)
 
 
 def apply_mrope(
@@ -678,11 +695,12 @@ def apply_mrope(
     """
     positions = _check_positions(positions, query)
     _check_qk(rope, query, key, positions.shape[-1])
-    outs, cos_sin = [], rope._cos_sin_rows(rope._checked_or_clamped(positions))
+    outs = []
+    cos, sin = _cos_sin_views(rope._cos_sin_rows(rope._checked_or_clamped(positions)), query.dtype)
     for x in (query, key):
         num_heads = x.shape[1] // rope.head_size if x.ndim == 2 else x.shape[1]
         heads = x.reshape(x.shape[0], num_heads, rope.head_size)
-        o1, o2 = _rotated(heads[..., : rope.rotary_dim], cos_sin, rope.is_neox_style)
+        o1, o2 = _rotated(heads[..., : rope.rotary_dim], cos, sin, rope.is_neox_style)
         rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
         out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
         outs.append(out.reshape(x.shape))
