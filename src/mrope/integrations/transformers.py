@@ -9,7 +9,9 @@ the model object (not its class): it takes the same arguments, returns positions
 the device of ``input_ids`` and the same ``rope_deltas``, so transformers' loop around it is unchanged.
 The token ids, merge sizes and time scales are read from the model's config once, at :func:`patch`;
 the token types are read from the ids (``mm_token_type_ids`` is accepted and not needed).
-:func:`unpatch` restores transformers' own method.
+:func:`unpatch` restores transformers' own method. (transformers' two paths differ, patched or not,
+where a video's T exceeds max(H', W') under its convention: ``index + rope_deltas`` continues from the
+largest position, ``generate()`` from the last one.)
 
 :func:`rope_index` is the same computation for a data pipeline: from a processor's output (a dict or
 ``BatchFeature``) to ``(position_ids, rope_deltas)``, for a batch or a single sample, so that training
