@@ -205,3 +205,41 @@ def test_float_table_device_step_does_not_sync(monkeypatch: pytest.MonkeyPatch) 
     table.decode(decoded_np, np.array([1, 0]), np.array([len(ids) + 5, 9]))
     np.testing.assert_array_equal(decoded.numpy(), decoded_np)
     table.check()
+
+
+@cuda
+def test_cuda_graph_after_freeze_follows_admissions() -> None:
+    """``reserve`` then ``freeze`` before capture: later admissions and removals (compaction in place)
+    keep the device tensors the graph reads, so replay writes the new requests' positions; an add that
+    would grow the pool raises instead of reallocating under the graph."""
+    from mrope import MRopeError
+
+    table, prompts = _table("cuda")
+    capacity = 64
+    table.reserve(segments=4 * table.pool_capacity, tokens=capacity)
+    table.freeze()
+    rows, nc, ns = (torch.tensor(a, device="cuda") for a in STEP)
+    out = torch.zeros((3, capacity), dtype=torch.int64, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        table.fill(out, rows, nc, ns, num_tokens=capacity)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        table.fill(out, rows, nc, ns, num_tokens=capacity)
+    q25 = family("qwen2_5_vl")
+    for _ in range(20):  # churn: the pool compacts in place
+        table.remove(0)
+        table.add(0, q25, prompts[0].input_ids, **prompts[0].kwargs())
+        table.add(2, q25, text(9))
+        table.remove(2)
+    graph.replay()
+    eager = torch.zeros_like(out)
+    table.fill(eager, rows, nc, ns, num_tokens=capacity)
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    big = build_prompt(q25, [text(2), *[Image(1, 2), text(1)] * table.pool_capacity])  # > the pool
+    with pytest.raises(MRopeError, match="frozen"):
+        table.add(2, q25, big.input_ids, **big.kwargs())
+    assert 2 not in table
+    table.check()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from _engine import family
+from _snapshot import unchanged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,12 +16,6 @@ from _peers import require
 from mrope import MRopeError
 from mrope.serving import PositionTable
 from strategies import Image, Video, build_prompt, text
-
-
-def _snapshot(table: PositionTable) -> list[np.ndarray]:
-    pool = table._pool
-    arrays = (pool.keys, pool.fields, table._info, pool.base, pool.slots)
-    return [a.copy() for a in arrays] + [np.array(pool.top)]
 
 
 @pytest.fixture
@@ -32,14 +27,6 @@ def table(backend: str) -> PositionTable:
     t.add(0, fam, p.input_ids, **p.kwargs())
     t.add(2, fam, text(7))
     return t
-
-
-def _unchanged(table: PositionTable, call, match: str) -> None:
-    before = _snapshot(table)
-    with pytest.raises(MRopeError, match=match):
-        call()
-    for a, b in zip(before, _snapshot(table), strict=True):
-        np.testing.assert_array_equal(a, b)
 
 
 FILL_CASES = {
@@ -62,7 +49,7 @@ def test_fill_bad_input_writes_nothing(table: PositionTable, case: str, dtype) -
     (rows, nc, ns), match = FILL_CASES[case]
     rows, nc, ns = (a.astype(dtype) if a.dtype.kind == "i" else a for a in map(np.array, (rows, nc, ns)))
     out = np.full((3, 64), -7, dtype=np.int64)
-    _unchanged(table, lambda: table.fill(out[:, :40], rows, nc, ns), match)
+    unchanged(table, lambda: table.fill(out[:, :40], rows, nc, ns), match)
     assert (out == -7).all()
 
 
@@ -81,30 +68,92 @@ def test_decode_bad_input_writes_nothing(table: PositionTable, case: str, dtype)
     (rows, seq_lens), match = DECODE_CASES[case]
     out = np.full((3, 64), -7, dtype=np.int64)
     call = lambda: table.decode(out[:, :40], np.array(rows, dtype=dtype), np.array(seq_lens, dtype=dtype))  # noqa: E731
-    _unchanged(table, call, match)
+    unchanged(table, call, match)
     assert (out == -7).all()
-    _unchanged(
+    unchanged(
         table, lambda: table.decode(out[:, :1], np.array([2, 0]), np.array([8, 20])), "out has 1 columns"
     )
 
 
-def test_bounds_of_indices_and_empty_steps(table: PositionTable, backend: str) -> None:
-    """Sequence indices stay below 2**32 - 1 (decode steps too); a step without tokens writes nothing
-    and does not check max_position."""
-    unbounded = PositionTable(4, backend=backend)
-    unbounded.add(2, family("qwen2_vl"), text(7))
+HUGE = (1 << 63) - 1  # counts whose sums wrap int64
+
+
+@pytest.mark.parametrize("path", ["host", "device"])
+@pytest.mark.parametrize("floats", [False, True])
+def test_bounds_of_indices(backend: str, path: str, floats: bool) -> None:
+    """Sequence indices up to the table's bound - 1 (2**32 - 1; float32 tables 2**24 - 1) are served,
+    on fill and decode, host and device paths alike; one more, or counts whose sum wraps int64, is
+    refused (host: raised, nothing written; device: counted, zeros written)."""
+    bound = (1 << 24) if floats else (1 << 32)
+    dtype = np.float32 if floats else np.int64
+    table = PositionTable(4, dtype=dtype, backend="numpy" if floats else backend)
+    table.add(2, family("qwen2_vl"), text(7))
+    last = bound - 1
+    good = [([2], [last], [1]), ([2, 2], [0, last - 3], [1, 4]), ([2], [bound], [0])]
+    bad = [
+        ([2], [bound], [1]),
+        ([2, 2], [0, last - 3], [1, 5]),
+        ([2], [HUGE], [1]),
+        ([2], [HUGE], [2]),
+        ([2, 2], [1, HUGE - 1], [2, 2]),
+        ([2], [5], [HUGE]),
+    ]
+    if path == "host":
+        out = np.full((3, 8), -7, dtype=dtype)
+        for rows, nc, ns in good:
+            num = sum(ns)
+            assert table.fill(out, np.array(rows), np.array(nc), np.array(ns)) == num
+            np.testing.assert_array_equal(
+                out[0, :num], np.concatenate([np.arange(c, c + k) for c, k in zip(nc, ns, strict=True)])
+            )
+        assert table.decode(out, np.array([2]), np.array([bound])) == 1 and out[0, 0] == last
+        out.fill(-7)
+        for rows, nc, ns in bad:
+            unchanged(
+                table,
+                lambda rows=rows, nc=nc, ns=ns: table.fill(out, np.array(rows), np.array(nc), np.array(ns)),
+                rf"sequence index \d+ is beyond {last}",
+            )
+        for seq_len in (bound + 1, HUGE, -HUGE - 1):
+            unchanged(
+                table,
+                lambda s=seq_len: table.decode(out, np.array([2]), np.array([s])),
+                "is beyond|num_computed",
+            )
+        assert (out == -7).all()
+        return
+    out = torch.full((3, 8), -7, dtype=torch.float32 if floats else torch.int64)
+    for rows, nc, ns in good:
+        num = sum(ns)
+        assert table.fill(out, *(torch.tensor(a) for a in (rows, nc, ns)), num_tokens=num) == num
+        expected = np.concatenate([np.arange(c, c + k) for c, k in zip(nc, ns, strict=True)])
+        np.testing.assert_array_equal(out[0, :num].numpy(), expected.astype(dtype))
+    assert table.decode(out, torch.tensor([2]), torch.tensor([bound])) == 1 and out[0, 0] == last
+    table.check()
+    for rows, nc, ns in bad:
+        out.fill_(-7)
+        num = min(sum(ns), 8)  # the refused request's columns (the last ones) get zeros
+        table.fill(out, *(torch.tensor(a) for a in (rows, nc, ns)), num_tokens=num)
+        with pytest.raises(MRopeError, match="1 request"):
+            table.check()
+        assert (out[:, num - min(ns[-1], 8) : num] == 0).all() and (out[:, num:] == -7).all()
+    for seq_len in (bound + 1, HUGE, -HUGE - 1):
+        table.decode(out, torch.tensor([2]), torch.tensor([seq_len]))
+        with pytest.raises(MRopeError, match="1 request"):
+            table.check()
+        assert (out[:, 0] == 0).all()
+
+
+def test_empty_steps(table: PositionTable) -> None:
+    """A step without tokens writes nothing; every request's last index is still checked (its
+    position against max_position too), as on every path."""
     out = np.full((3, 8), -7, dtype=np.int64)
-    for nc in ([(1 << 32) - 1], [0, (1 << 32) - 1]):
-        rows, ns = np.array([2] * len(nc)), np.ones(len(nc), dtype=np.int64)
-        _unchanged(
-            unbounded,
-            lambda nc=nc, rows=rows, ns=ns: unbounded.fill(out, rows, np.array(nc), ns),
-            "sequence index 4294967295 is beyond 4294967295",
-        )
-    assert unbounded.fill(out, np.array([2]), np.array([(1 << 32) - 2]), np.array([1])) == 1
-    assert out[0, 0] == (1 << 32) - 2
-    out.fill(-7)
-    assert table.fill(out, np.array([2]), np.array([5000]), np.array([0])) == 0
+    assert table.fill(out, np.array([2]), np.array([500]), np.array([0])) == 0
+    assert table.fill(out, np.array([], dtype=np.int64), np.array([]), np.array([])) == 0
+    unchanged(
+        table, lambda: table.fill(out, np.array([2]), np.array([5000]), np.array([0])), "beyond max_position"
+    )
+    unchanged(table, lambda: table.fill(out, np.array([1]), np.array([0]), np.array([0])), "holds no request")
     assert (out == -7).all()
 
 
@@ -120,7 +169,7 @@ def test_bounds_of_indices_and_empty_steps(table: PositionTable, backend: str) -
 )
 def test_fill_bad_out(table: PositionTable, out, match: str) -> None:
     before = np.array(out, copy=True)
-    _unchanged(table, lambda: table.fill(out, np.array([0, 2]), np.array([0, 7]), np.array([2, 1])), match)
+    unchanged(table, lambda: table.fill(out, np.array([0, 2]), np.array([0, 7]), np.array([2, 1])), match)
     np.testing.assert_array_equal(np.asarray(out), before)
 
 
@@ -128,7 +177,7 @@ def test_num_tokens_must_be_n(table: PositionTable) -> None:
     out = np.full((3, 8), -7, dtype=np.int64)
     args = np.array([0, 2]), np.array([0, 7]), np.array([2, 1])
     for bad in (2, 4, -1):
-        _unchanged(table, lambda bad=bad: table.fill(out, *args, num_tokens=bad), "num_tokens")
+        unchanged(table, lambda bad=bad: table.fill(out, *args, num_tokens=bad), "num_tokens")
     assert (out == -7).all()
     assert table.fill(out, *args, num_tokens=3) == 3
 
@@ -136,35 +185,33 @@ def test_num_tokens_must_be_n(table: PositionTable) -> None:
 def test_read_only_out(table: PositionTable) -> None:
     out = np.zeros((3, 8), dtype=np.int64)
     out.flags.writeable = False
-    _unchanged(table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "read-only")
+    unchanged(table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "read-only")
 
 
 def test_rows_twice_removed_unknown(table: PositionTable) -> None:
     fam = family("qwen2_vl")
-    _unchanged(table, lambda: table.add(0, fam, text(4)), "row 0 already holds a request")
-    _unchanged(table, lambda: table.add(4, fam, text(4)), r"row 4 is out of range \[0, 4\)")
-    _unchanged(table, lambda: table.remove(1), "row 1 holds no request")
+    unchanged(table, lambda: table.add(0, fam, text(4)), "row 0 already holds a request")
+    unchanged(table, lambda: table.add(4, fam, text(4)), r"row 4 is out of range \[0, 4\)")
+    unchanged(table, lambda: table.remove(1), "row 1 holds no request")
     table.remove(2)
-    _unchanged(table, lambda: table.remove(2), "row 2 holds no request")
+    unchanged(table, lambda: table.remove(2), "row 2 holds no request")
     out = np.full((3, 4), -7, dtype=np.int64)
-    _unchanged(
-        table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "holds no request"
-    )
+    unchanged(table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "holds no request")
     assert (out == -7).all()
 
 
 def test_bad_prompts_change_nothing(table: PositionTable) -> None:
     q25 = family("qwen2_5_vl")
     p = build_prompt(q25, [text(2), Video(4, 2, 2), text(2)], [1e6])  # unbounded second_per_grid_ts
-    _unchanged(table, lambda: table.add(1, q25, p.input_ids, **p.kwargs()), "beyond max_position 1000")
+    unchanged(table, lambda: table.add(1, q25, p.input_ids, **p.kwargs()), "beyond max_position 1000")
     fam = family("qwen2_vl")
-    _unchanged(
+    unchanged(
         table, lambda: table.add(1, fam, text(3) + [151655] * 3, image_grid_thw=[[1, 4, 4]]), "placeholder"
     )
     positions = np.array([[0, 1, 2], [0, 5, 2], [0, 1, 9]])
-    _unchanged(table, lambda: table.add_positions(1, positions, 0), "not text runs and vision frames")
-    _unchanged(table, lambda: table.add_positions(1, np.zeros((2, 3), dtype=np.int64), 0), r"shape \(3, L\)")
-    _unchanged(
+    unchanged(table, lambda: table.add_positions(1, positions, 7), "not text runs and vision frames")
+    unchanged(table, lambda: table.add_positions(1, np.zeros((2, 3), dtype=np.int64), 0), r"shape \(3, L\)")
+    unchanged(
         table, lambda: table.add_positions(1, np.arange(5)[None].repeat(3, 0), 0.5), "delta must be an int"
     )
 
@@ -182,7 +229,7 @@ def test_device_path_shape_errors_raise_and_value_errors_are_counted(table: Posi
         (lambda: table.fill(out, rows.float(), nc, ns, num_tokens=3), "integer"),
         (lambda: table.decode(out, rows, torch.tensor([1])), "one length"),
     ):
-        _unchanged(table, bad, match)
+        unchanged(table, bad, match)
         assert (out == -7).all()
     table.fill(out, torch.tensor([0, 1, 2]), torch.tensor([0, 0, -1]), torch.tensor([2, 1, 1]), num_tokens=4)
     assert (out[:, 2:4] == 0).all() and (out[:, 4:] == -7).all()
@@ -200,11 +247,11 @@ def test_float_tables_and_dtypes() -> None:
     positions, delta = q3.positions(ids, **kwargs)
     ints = PositionTable(2)
     ints.add(0, family("qwen2_vl"), text(3))
-    _unchanged(ints, lambda: ints.add(1, q3, ids, **kwargs), "dtype=np.float32")
-    _unchanged(ints, lambda: ints.add_positions(1, positions, delta), "need a float32 table")
-    _unchanged(ints, lambda: ints.add(1, family("qwen2_vl"), text(3), audio_seqlens=[9]), "audio_seqlens")
+    unchanged(ints, lambda: ints.add(1, q3, ids, **kwargs), "dtype=np.float32")
+    unchanged(ints, lambda: ints.add_positions(1, positions, delta), "need a float32 table")
+    unchanged(ints, lambda: ints.add(1, family("qwen2_vl"), text(3), audio_seqlens=[9]), "audio_seqlens")
     out32 = np.full((3, 4), -7, dtype=np.float32)
-    _unchanged(ints, lambda: ints.fill(out32, np.array([0]), np.array([0]), np.array([2])), "int64 array")
+    unchanged(ints, lambda: ints.fill(out32, np.array([0]), np.array([0]), np.array([2])), "int64 array")
     floats = PositionTable(2, dtype="float32", max_position=100)
     floats.add(0, q3, ids, **kwargs)
     assert isinstance(floats.delta(0), float) and floats.delta(0) == delta
@@ -220,7 +267,7 @@ def test_float_tables_and_dtypes() -> None:
             "float32",
         ),
     ):
-        _unchanged(floats, bad, match)
+        unchanged(floats, bad, match)
     assert (out32 == -7).all() and (out64 == -7).all()
     for dtype in (np.float64, "int32", torch.float16):
         with pytest.raises(MRopeError, match="dtype must be int64"):
@@ -277,3 +324,138 @@ def test_backends_refuse_alike(data: st.DataObject) -> None:
         np.testing.assert_array_equal(a_out, b_out)
     else:
         assert a_out == b_out
+
+
+def test_add_positions_bounds(table: PositionTable) -> None:
+    """A delta whose decode positions would meet the prompt's, and positions that are negative, too
+    large, or unsigned values that would wrap, are refused."""
+    positions, delta = family("qwen2_vl").positions(
+        text(3) + [151655] * 4 + text(2), image_grid_thw=[[1, 4, 4]]
+    )
+    assert delta < 0
+    for bad in (delta - 1, delta - 100, -(1 << 40)):
+        unchanged(table, lambda bad=bad: table.add_positions(1, positions, bad), "does not fit the positions")
+    unchanged(table, lambda: table.add_positions(1, positions, 1 << 40), "does not fit the positions")
+    for bad in (positions - 3, positions + (1 << 31)):
+        unchanged(table, lambda bad=bad: table.add_positions(1, bad, delta), r"positions must lie in \[0, ")
+    wrapping = np.array([[(1 << 64) - 5, (1 << 64) - 4]] * 3, dtype=np.uint64)
+    unchanged(table, lambda: table.add_positions(1, wrapping, 0), r"positions must lie in \[0, ")
+    floats = PositionTable(2, dtype=np.float32)
+    unchanged(floats, lambda: floats.add_positions(1, np.full((3, 2), np.nan, np.float32), 0.0), "finite")
+    unchanged(
+        floats, lambda: floats.add_positions(1, positions.astype(np.float32), delta - 1.0), "does not fit"
+    )
+    table.add_positions(1, positions, delta)
+    table.remove(1)
+    table.add_positions(1, positions, delta + 5)  # a gap after the prompt does not collide
+
+
+BAD_SLOTS = [2.5, "a", True, None, np.float64(1.0)]
+
+
+@pytest.mark.parametrize("bad", BAD_SLOTS, ids=repr)
+def test_slots_must_be_ints(table: PositionTable, bad) -> None:
+    fam = family("qwen2_vl")
+    for call in (
+        lambda: bad in table,
+        lambda: table.add(bad, fam, text(3)),
+        lambda: table.add_positions(bad, *fam.positions(text(3))),
+        lambda: table.remove(bad),
+        lambda: table.prompt_length(bad),
+        lambda: table.delta(bad),
+        lambda: table.state_nbytes(bad),
+    ):
+        unchanged(table, call, "row must be an int")
+    assert 7 not in table and -1 not in table and np.int32(0) in table
+
+
+def test_add_needs_a_family(table: PositionTable) -> None:
+    from _engine import CONFIGS
+
+    for bad in (CONFIGS["qwen2_vl"], "qwen2_vl", None):
+        unchanged(
+            table,
+            lambda bad=bad: table.add(1, bad, text(3)),
+            "family must be a family from mrope.from_config",
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_requests": True}, "max_requests"),
+        ({"max_requests": 2.0}, "max_requests"),
+        ({"max_requests": 0}, "max_requests"),
+        ({"pool_capacity": 2.5}, "pool_capacity"),
+        ({"pool_capacity": "8"}, "pool_capacity"),
+        ({"pool_capacity": True}, "pool_capacity"),
+        ({"pool_capacity": 0}, "pool_capacity"),
+        ({"max_position": True}, "max_position"),
+        ({"max_position": 10.0}, "max_position"),
+        ({"max_position": 0}, "max_position"),
+        ({"device": "no-such-device"}, "not a torch device"),
+    ],
+)
+def test_constructor_refuses(kwargs: dict, match: str) -> None:
+    with pytest.raises(MRopeError, match=match):
+        PositionTable(**{"max_requests": 2, **kwargs})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda() -> None:
+    with pytest.raises(MRopeError, match="device 'cuda' cannot be used"):
+        PositionTable(2, device="cuda")
+    with pytest.raises(MRopeError, match="cannot be used"):
+        PositionTable(2, device="cuda:0")
+
+
+def test_device_out_must_not_share_memory(table: PositionTable) -> None:
+    """An expanded (or otherwise self-overlapping) ``out`` is refused on the host, before any write."""
+    args = torch.tensor([0, 2]), torch.tensor([0, 7]), torch.tensor([2, 1])
+    base = torch.full((1, 16), -7, dtype=torch.int64)
+    for out in (base[:, :8].expand(3, 8), base.as_strided((3, 8), (1, 1))):
+        unchanged(table, lambda out=out: table.fill(out, *args, num_tokens=3), "sharing memory")
+        unchanged(table, lambda out=out: table.decode(out, args[0], torch.tensor([10, 9])), "sharing memory")
+    assert (base == -7).all()
+    wide = torch.zeros((3, 16), dtype=torch.int64)
+    assert table.fill(wide[:, ::2], *args, num_tokens=3) == 3  # strided, not overlapping
+    table.check()
+
+
+def test_decode_inside_the_prompt_is_refused_on_every_path(backend: str) -> None:
+    """decode() serves indices past the prompt; an index inside it is an error on the numpy, compiled
+    and device paths alike (fill() serves it)."""
+    fam = family("qwen2_vl")
+    table = PositionTable(3, backend=backend)
+    table.add(0, fam, text(5))
+    table.add(1, fam, text(3) + [151655] * 4 + text(2), image_grid_thw=[[1, 4, 4]])
+    out = np.full((3, 4), -7, dtype=np.int64)
+    for slots, seq_lens in (([0], [5]), ([1, 0], [10, 4]), ([0, 1], [6, 2])):
+        call = lambda s=slots, n=seq_lens: table.decode(out, np.array(s), np.array(n))  # noqa: E731
+        unchanged(table, call, "inside its prompt")
+        decoded = torch.full((3, 4), -7, dtype=torch.int64)
+        table.decode(decoded, torch.tensor(slots), torch.tensor(seq_lens))
+        with pytest.raises(MRopeError, match="1 request"):
+            table.check()
+    assert (out == -7).all()
+    assert table.decode(out, np.array([0, 1]), np.array([6, 10])) == 2
+
+
+def test_device_counts_what_the_host_refuses(table: PositionTable) -> None:
+    """``num_tokens`` smaller than the scheduled tokens, and a free slot in a step without tokens, are
+    errors on the host path; the device path counts them (``check()`` raises)."""
+    out = torch.full((3, 8), -7, dtype=torch.int64)
+    step = torch.tensor([0, 2]), torch.tensor([0, 7]), torch.tensor([5, 3])
+    table.fill(out, *step, num_tokens=8)
+    table.check()
+    for num in (6, 7, 0):
+        table.fill(out, *step, num_tokens=num)
+        with pytest.raises(MRopeError, match="request"):
+            table.check()
+        host = np.zeros((3, 8), dtype=np.int64)
+        unchanged(
+            table, lambda n=num, h=host: table.fill(h, *(a.numpy() for a in step), num_tokens=n), "num_tokens"
+        )
+    table.fill(out, torch.tensor([1]), torch.tensor([0]), torch.tensor([0]), num_tokens=0)
+    with pytest.raises(MRopeError, match="1 request"):
+        table.check()

@@ -312,3 +312,100 @@ def test_index_arrays_are_read_as_they_are(backend: str, dtype, monkeypatch: pyt
     assert (buffer[:, num:] == -7).all()
     assert table.decode(buffer[:, :40], rows, nc + ns) == 2
     np.testing.assert_array_equal(buffer[:, 0], expected[:, -3])
+
+
+def _video_prompt():
+    fam = family("qwen3_vl")
+    return fam, build_prompt(fam, [text(3), Video(6, 2, 2), text(2)])
+
+
+def _check_all(table: PositionTable, live: dict[int, tuple[np.ndarray, int]]) -> None:
+    """Every live request's positions (prompt and 2 past it), numpy and torch paths."""
+    for slot, (positions, delta) in live.items():
+        length = positions.shape[1]
+        expected = reference(positions, delta, 0, length + 2)
+        out = np.empty((3, length + 2), dtype=np.int64)
+        table.fill(out, np.array([slot]), np.array([0]), np.array([length + 2]))
+        np.testing.assert_array_equal(out, expected)
+        out_t = torch.empty((3, length + 2), dtype=torch.int64)
+        table.fill(
+            out_t, torch.tensor([slot]), torch.tensor([0]), torch.tensor([length + 2]), num_tokens=length + 2
+        )
+        np.testing.assert_array_equal(out_t.numpy(), expected)
+    table.check()
+
+
+def test_steady_admission_compacts_rarely(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nearly full pool grows with headroom: steady remove + add compacts once per many adds, not
+    at every add (each compaction copies the whole pool, and the device copy with it)."""
+    from mrope.serving import _pool
+
+    fam, p = _video_prompt()
+    probe = PositionTable(1)
+    probe.add(0, fam, p.input_ids, **p.kwargs())
+    need = probe.state_nbytes(0) // (6 * 8)  # slots per request
+    live_count = 16
+    table = PositionTable(
+        live_count, pool_capacity=live_count * need + need // 2, backend=backend, device=torch.device("cpu")
+    )
+    compactions = []
+    compact = _pool.Pool.compact
+    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a: (compactions.append(1), compact(self, *a))[1])
+    expected = fam.positions(p.input_ids, **p.kwargs())
+    for slot in range(live_count):
+        table.add(slot, fam, p.input_ids, **p.kwargs())
+    for cycle in range(200):
+        table.remove(cycle % live_count)
+        table.add(cycle % live_count, fam, p.input_ids, **p.kwargs())
+    # each compaction leaves at least half of the pool free: one per ``live_count`` adds at most
+    assert len(compactions) <= 200 // live_count + 2, len(compactions)
+    assert table.pool_capacity >= 2 * live_count * need
+    _check_all(table, dict.fromkeys(range(live_count), expected))
+
+
+def test_reserve_and_freeze(backend: str) -> None:
+    """``reserve`` sizes the pool and the device scratch now; after ``freeze`` the device tensors keep
+    their addresses (compaction runs in place), and what would grow them raises, changing nothing."""
+    from _snapshot import unchanged
+
+    fam, p = _video_prompt()
+    expected = fam.positions(p.input_ids, **p.kwargs())
+    table = PositionTable(4, pool_capacity=4, backend=backend, device=torch.device("cpu"))
+    table.add(0, fam, p.input_ids, **p.kwargs())
+    need = table.state_nbytes(0) // (6 * 8)
+    for bad in ({"segments": -1}, {"segments": 2.5}, {"tokens": True}, {"tokens": "8"}):
+        unchanged(table, lambda bad=bad: table.reserve(**bad), "must be an int")
+    table.reserve(segments=3 * need, tokens=64)
+    assert table.pool_capacity >= 3 * need and not table.frozen
+    table.freeze()
+    assert table.frozen
+    device = table._device
+    addresses = (device.data.data_ptr(), device.ramp.data_ptr())
+    live = {0: expected}
+    for cycle in range(30):  # two live requests at most: compaction in place
+        slot = 1 + cycle % 2
+        if slot in table:
+            table.remove(slot)
+            del live[slot]
+        table.add(slot, fam, p.input_ids, **p.kwargs())
+        live[slot] = expected
+        _check_all(table, live)
+    out = torch.zeros((3, 64), dtype=torch.int64)
+    table.fill(out, torch.tensor([0]), torch.tensor([0]), torch.tensor([3]), num_tokens=64)
+    assert (device.data.data_ptr(), device.ramp.data_ptr()) == addresses
+    assert len(live) == 3  # the pool's 3 * need slots are all live: a fourth request needs growth
+    unchanged(table, lambda: table.add(3, fam, p.input_ids, **p.kwargs()), "frozen")
+    unchanged(table, lambda: table.reserve(segments=100 * need), "frozen")
+    unchanged(table, lambda: table.reserve(tokens=65), "frozen")
+    unchanged(
+        table,
+        lambda: table.fill(
+            torch.zeros((3, 65), dtype=torch.int64),
+            torch.tensor([0]),
+            torch.tensor([0]),
+            torch.tensor([3]),
+            num_tokens=65,
+        ),
+        "frozen",
+    )
+    assert (device.data.data_ptr(), device.ramp.data_ptr()) == addresses

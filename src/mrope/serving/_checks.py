@@ -11,6 +11,7 @@ from .._backends import to_numpy
 from .._errors import MRopeError
 
 MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
+SIGN = -(1 << 63)  # ``x ^ SIGN`` orders int64 values as unsigned: negative ones after every bound
 # float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
 # transformers' float32 ``index + delta`` does
 FLOAT_MAX_INDEX = 1 << 24
@@ -58,10 +59,13 @@ def validate(
     if nc.min() < 0:
         i = int(np.argmin(nc))
         raise MRopeError(f"num_computed[{i}] = {nc[i]} (row {rows[i]}): counts must be >= 0")
-    end = np.add(nc, ns, dtype=np.int64)  # int32 counts must not wrap
-    if end.max() >= max_index:
-        i = int(np.argmax(end))
-        raise MRopeError(f"row {rows[i]}: sequence index {end[i] - 1} is beyond {max_index - 1}")
+    # the last index ``nc + ns - 1`` below ``max_index``; ``max_index - ns`` cannot wrap (ns >= 0)
+    over = nc > np.subtract(max_index, ns, dtype=np.int64)
+    if over.any():
+        i = int(np.argmax(over))
+        raise MRopeError(
+            f"row {rows[i]}: sequence index {int(nc[i]) + int(ns[i]) - 1} is beyond {max_index - 1}"
+        )
     return int(ns.sum())
 
 

@@ -5,11 +5,11 @@ the batch), which is most of a step of a few hundred decodes. This module's kern
 numba (``cache=True``: later processes load it from disk), does the whole step in one call:
 
 1. validation, for every request: the row is in range and live, ``num_computed >= 0``,
-   ``num_scheduled >= 0``, the last index below the table's bound, the last position below
-   ``max_position`` (unless the step has no token), and ``out`` has the columns (and ``num_tokens``
-   is N). A bad step returns -1 before anything is written: :class:`PositionTable` then runs its
-   numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse the same input
-   with the same message;
+   ``num_scheduled >= 0``, the last index below the table's bound, (decode) that index past the
+   prompt, the last index's position below ``max_position``, and ``out`` has the columns (and
+   ``num_tokens`` is N). A bad step returns -1 before anything is written: :class:`PositionTable`
+   then runs its numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse the
+   same input with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
    its segments in order from the one a binary search over the pool's keys finds.
 
@@ -64,12 +64,15 @@ def fill(out, rows, first, count, decode, info, keys, fields, max_position, max_
             start, size = np.int64(first[i]) - 1, np.int64(1)
         else:
             start, size = np.int64(first[i]), np.int64(count[i])
-        if start < 0 or size < 0 or start + size >= max_index:
+        # the last index below max_index (``max_index - size`` cannot wrap: size >= 0)
+        if start < 0 or size < 0 or start > max_index - size:
+            return -1
+        if decode and start < info[PLEN, row + 1]:  # decode serves indices past the prompt only
             return -1
         if max_position >= 0 and start + size - 1 + info[DELTA, row + 1] >= max_position:
-            beyond = True
+            beyond = True  # every request's last index, scheduled tokens or not (the numpy rule)
         num += size
-    if num > out.shape[1] or (num_tokens >= 0 and num_tokens != num) or (beyond and num > 0):
+    if num > out.shape[1] or (num_tokens >= 0 and num_tokens != num) or beyond:
         return -1
     col = 0
     for i in range(n):

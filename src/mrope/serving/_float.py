@@ -19,7 +19,13 @@ from ._pool import FIS_TEXT, FWIDTH, OKEY
 
 
 def fill_float(
-    table: Any, out: np.ndarray, rows: np.ndarray, nc: np.ndarray, ns: np.ndarray, num_tokens: int | None
+    table: Any,
+    out: np.ndarray,
+    rows: np.ndarray,
+    nc: np.ndarray,
+    ns: np.ndarray,
+    num_tokens: int | None,
+    decode: bool = False,
 ) -> int:
     """:meth:`PositionTable.fill` of a float32 table (arguments already int64 arrays of one length)."""
     if rows.shape[0] == 0:
@@ -27,12 +33,14 @@ def fill_float(
     column = rows + 1  # out-of-range rows read the free columns at both ends (mode="clip")
     info = table._info.take(column, axis=1, mode="clip")
     num = validate(table.max_requests, rows, nc, ns, info, table.max_index)
+    if decode and (nc < info[PLEN]).any():
+        table._refuse_prompt_decode(rows, nc, info[PLEN])
     check_out(out, num, num_tokens, FLOAT32)
+    delta = table._delta.take(column, mode="clip")
+    if table.max_position is not None:  # the last index's position (the int64 step's rule)
+        table._check_max((nc + ns - 1 + delta).astype(np.float32))
     if num == 0:
         return 0
-    delta = table._delta.take(column, mode="clip")
-    if table.max_position is not None:  # the last index's position if past the prompt
-        table._check_max((nc + ns - 1 + delta).astype(np.float32))
     col0 = np.cumsum(ns)
     col0 -= ns
     index = np.repeat(nc - col0, ns)

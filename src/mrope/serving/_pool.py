@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 
+from .._errors import MRopeError
 from ._segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 SHIFT = 32  # key = base << 32 | index
@@ -38,11 +39,19 @@ _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold bas
 
 
 class Pool:
-    """Slots of segments, with compaction (see the module docstring)."""
+    """Slots of segments, with compaction and growth (see the module docstring).
+
+    An add that does not fit at ``top`` compacts the pool (live slots to the front); the pool grows
+    (doubling at least) when, after compaction, less than half of it would be free: steady admission
+    and removal then compact once per ``capacity / 2`` slots added, not at every add. Once ``frozen``
+    (:meth:`PositionTable.freeze`), the arrays keep their size: an add that needs growth raises
+    :class:`MRopeError` and changes nothing, and the headroom rule no longer grows the pool.
+    """
 
     def __init__(self, capacity: int, max_requests: int, floats: bool) -> None:
         self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
         self.top = 0  # first never-used slot
+        self.frozen = False
         # per row, Python ints (an admission reads and writes one of each; compaction all)
         self.base = [0] * max_requests
         self.slots = [0] * max_requests  # 0: free row
@@ -97,16 +106,23 @@ class Pool:
         self.slots[row] = 0
         return lo, hi
 
-    def compact(self, need: int) -> None:
-        """Move the live requests' slots to the front (growing the pool if ``need`` still does not fit)."""
+    def compact(self, need: int, capacity: int = 0) -> None:
+        """Move the live requests' slots to the front, with room for ``need`` more slots and at least
+        ``capacity`` in all (growing the pool: see the class docstring)."""
         live, base = self.live()
         order = np.argsort(base)
         live, base = live[order], base[order]
         count = np.array(self.slots)[live]
         used = int(count.sum())
-        capacity = self.capacity
-        if used + need > capacity:
-            capacity = max(2 * capacity, used + need)
+        capacity = max(capacity, self.capacity)
+        if self.frozen:
+            if used + need > capacity:
+                raise MRopeError(
+                    f"the table is frozen (freeze()) and its segment pool is full: {used} slots live, "
+                    f"{need} more needed, capacity {self.capacity}; reserve() more before freezing"
+                )
+        elif 2 * (used + need) > capacity:  # less than half free: grow, keeping headroom
+            capacity = max(2 * capacity, 2 * (used + need))
         new_base = np.cumsum(count) - count
         shift = np.repeat(base - new_base, count)
         src = shift + np.arange(used)

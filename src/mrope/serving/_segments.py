@@ -15,6 +15,7 @@ import numpy as np
 
 from .._backends import to_numpy
 from .._errors import MRopeError
+from ..core.place import MAX_POSITION
 from ..core.render import SegmentTable, render_all
 
 #: The fields of a segment as the table stores them (see the module docstring)
@@ -109,8 +110,26 @@ def positions_input(positions: Any, delta: Any, *, floats: bool) -> tuple[np.nda
     if pos.dtype.kind not in "iuf":
         raise MRopeError(f"positions must hold integers, got dtype {pos.dtype}")
     kinds = (int, np.integer, float, np.floating) if floats else (int, np.integer)
-    if isinstance(delta, bool) or not isinstance(delta, kinds) or (floats and not np.isfinite(delta)):
+    bad_kind = isinstance(delta, (bool, np.bool_)) or not isinstance(delta, kinds)
+    if bad_kind or (floats and not np.isfinite(delta)):
         raise MRopeError(f"delta must be an int{' or a float' if floats else ''}, got {delta!r}")
+    # bounds before the conversion (unsigned values must not wrap): positions in [0, MAX_POSITION]
+    if pos.dtype.kind == "f" and not np.isfinite(pos).all():
+        raise MRopeError("positions must be finite")
+    low, high = pos.min(), pos.max()
+    if low < 0 or high > MAX_POSITION:
+        raise MRopeError(f"positions must lie in [0, {MAX_POSITION}], got values from {low} to {high}")
     if floats:
-        return pos.astype(np.float32, copy=False), float(np.float32(delta))
-    return pos.astype(np.int64, copy=False), int(delta)
+        pos, delta = pos.astype(np.float32, copy=False), float(np.float32(delta))
+    else:
+        pos, delta = pos.astype(np.int64, copy=False), int(delta)
+    # past the prompt, ``index + delta``: the first one above every prompt position (no collision),
+    # the last prompt index's within MAX_POSITION (the families' rule)
+    length = pos.shape[1]
+    if not float(high) < length + delta <= MAX_POSITION + 1:
+        raise MRopeError(
+            f"delta = {delta} does not fit the positions: the first position past the prompt, "
+            f"{length} + delta, must exceed the largest prompt position {high} and stay within "
+            f"{MAX_POSITION + 1}"
+        )
+    return pos, delta

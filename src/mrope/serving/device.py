@@ -30,6 +30,17 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+def _overlaps(tensor: torch.Tensor) -> bool:
+    """Whether two elements of ``tensor`` share memory (a zero or too small stride)."""
+    reach = 0  # the furthest element offset the dimensions of smaller strides reach
+    dims = sorted((st, sz) for st, sz in zip(tensor.stride(), tensor.shape, strict=True) if sz > 1)
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 class DeviceTable:
     """The device copy of a :class:`PositionTable` and its torch ``fill`` and ``decode``.
 
@@ -42,7 +53,12 @@ class DeviceTable:
             self.device = torch.device(device)
         except (RuntimeError, TypeError) as err:
             raise MRopeError(f"device {device!r} is not a torch device: {err}") from None
+        try:  # torch raises AssertionError or RuntimeError for a device it was not built for or lacks
+            torch.empty(0, device=self.device)
+        except (AssertionError, RuntimeError) as err:
+            raise MRopeError(f"device {device!r} cannot be used: {err}") from None
         self.table = table
+        self.frozen = False  # PositionTable.freeze: no reallocation from then on
         self.max_requests = table.max_requests
         self.out_dtype = _OUT_DTYPES[table.dtype]
         self.data = self.keys = self.fields = self.floats = None  # the pool's, as in mrope.serving._pool
@@ -95,8 +111,9 @@ class DeviceTable:
             self.errors.zero_()
             raise MRopeError(
                 f"{count} request(s) of device-path steps had bad input (a row holding no request, "
-                "a negative count, an index inside the prompt for decode(), or a position reaching "
-                "max_position); their columns were written as 0"
+                "a negative count, an index reaching the table's bound, an index inside the prompt "
+                "for decode(), a position reaching max_position, or tokens past num_tokens); their "
+                "columns were written as 0"
             )
 
     # -- each step --------------------------------------------------------------------------------
@@ -106,7 +123,9 @@ class DeviceTable:
         """:meth:`PositionTable.fill` on device tensors; ``num_tokens`` (host int) is required.
 
         ``num_tokens`` may exceed ``sum(num_scheduled)`` (a fixed capacity, e.g. for a CUDA graph):
-        the columns past the real tokens get 0. It must not be smaller.
+        the columns past the real tokens get 0. A smaller one is counted as bad input for each request
+        whose tokens do not fit (their columns are not written past ``num_tokens``). Every request is
+        checked, also in a step of no tokens (a free row there is bad input, as on the host).
         """
         if not isinstance(num_tokens, (int, np.integer)) or isinstance(num_tokens, bool) or num_tokens < 0:
             raise MRopeError(
@@ -126,18 +145,26 @@ class DeviceTable:
                 f"rows, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
-        if num == 0:
-            return 0
+        col = self._ramp(num)  # before any write: a frozen table refuses to grow it
         if n == 0:
             out[:, :num].zero_()
             return num
-        col = self._ramp(num)
+        # per request, the host path's checks (counted, not raised), also when the step has no token
+        info, ok, delta = self._rows_info(rows)
         ends = torch.cumsum(ns, 0)
+        max_index = self.table.max_index
+        # the last index below max_index (``max_index - nc`` cannot wrap: nc >= 0); every request's
+        # columns inside ``num_tokens`` (a smaller N would drop the last requests' tokens)
+        ok &= (nc >= 0) & (ns >= 0) & (nc <= max_index) & (ns <= max_index - nc) & (ends <= num)
+        if self.table.max_position is not None:  # the last index's position (the host path's rule)
+            last = nc + ns - 1 + delta
+            ok &= (last if self.delta is None else last.to(torch.float32)) < self.table.max_position
+        self.errors.add_(torch.logical_not(ok).sum())
+        if num == 0:
+            return 0
         req = torch.searchsorted(ends, col, right=True)  # request of each column; n past the real ones
         real = req < n
         req.clamp_(max=n - 1)
-        info, ok, delta = self._rows_info(rows)
-        ok &= (nc >= 0) & (ns >= 0) & (nc + ns <= self.table.max_index)
         key = (info[_KEY] + nc - ends + ns).index_select(0, req)
         key += col
         seg = torch.searchsorted(self.keys, key, right=True)
@@ -157,12 +184,6 @@ class DeviceTable:
         if self.floats is not None:
             pos = pos.to(torch.float32)  # one rounding of the float64 sums
         valid = ok.index_select(0, req)
-        if self.table.max_position is not None:
-            # per request: the last index's position if past the prompt (the prompt's were checked at add)
-            last = nc + ns - 1 + delta
-            ok &= (last if self.delta is None else last.to(torch.float32)) < self.table.max_position
-            valid = ok.index_select(0, req)
-        self.errors.add_(torch.logical_not(ok).sum())
         valid &= real
         torch.where(valid, pos, self.zero, out=out[:, :num])
         return num
@@ -197,8 +218,23 @@ class DeviceTable:
         delta = info[_DELTA] if self.delta is None else self.delta.index_select(0, column)
         return info, info[_PLEN] != _DEAD, delta
 
+    def reserve(self, num: int) -> None:
+        """Size the step scratch for ``num`` columns now (see :meth:`PositionTable.reserve`)."""
+        if self.ramp.shape[0] < num:
+            if self.frozen:
+                raise MRopeError(
+                    f"the table is frozen (freeze()): its device scratch of {self.ramp.shape[0]} "
+                    f"columns cannot grow to {num}"
+                )
+            self.ramp = torch.arange(num, dtype=_DTYPE, device=self.device)
+
     def _ramp(self, num: int) -> torch.Tensor:
         if self.ramp.shape[0] < num:  # grows during warm-up, before any graph capture
+            if self.frozen:
+                raise MRopeError(
+                    f"the table is frozen (freeze()): a device step of {num} columns needs more scratch "
+                    f"than its {self.ramp.shape[0]} (reserve(tokens=...) before freezing)"
+                )
             self.ramp = torch.arange(max(num, 2 * self.ramp.shape[0]), dtype=_DTYPE, device=self.device)
         return self.ramp[:num]
 
@@ -218,6 +254,11 @@ class DeviceTable:
             raise MRopeError(f"out is on {out.device}, the table's device copy is on {self.device}")
         if out.shape[1] < num:
             raise MRopeError(f"out has {out.shape[1]} columns, the step needs {num}")
+        if not out.is_contiguous() and _overlaps(out[:, :num]):
+            raise MRopeError(
+                f"out has elements sharing memory (strides {out.stride()}, e.g. an expand()ed tensor): "
+                "pass a tensor that can hold one position per element"
+            )
 
     def _index(self, x: Any, name: str) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):

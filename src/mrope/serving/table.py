@@ -17,12 +17,14 @@ Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
 
 from .._backends import is_torch_tensor
 from .._errors import MRopeError
+from ..families import Family
 from ._checks import DEAD as _DEAD
 from ._checks import DELTA as _DELTA
 from ._checks import FLOAT32 as _FLOAT32
@@ -32,6 +34,7 @@ from ._checks import INT64 as _INT64
 from ._checks import KEY as _KEY
 from ._checks import MAX_INDEX as _MAX_INDEX
 from ._checks import PLEN as _PLEN
+from ._checks import SIGN as _SIGN
 from ._checks import as_index, check_out, table_dtype, validate
 from ._float import fill_float
 from ._pool import FHW0 as _FHW0
@@ -43,7 +46,7 @@ from ._pool import SHIFT as _SHIFT
 from ._pool import Pool
 from ._segments import from_positions, nonempty, positions_input
 
-_LAST, _END, _NOT_NC, _NOT_NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
+_LAST, _END, _NC, _NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
 BACKENDS = ("auto", "numba", "numpy")
 NUMBA_ENV = "MROPE_NUMBA"  # "0": tables with backend="auto" use numpy
 
@@ -85,9 +88,10 @@ class PositionTable:
         Exclusive bound on positions (e.g. the size of the model's cos/sin cache): adding a request, or
         filling a step, that would reach it raises :class:`MRopeError`.
     pool_capacity : int, optional
-        Initial number of segment slots (default ``8 * max_requests + 64``). The pool is compacted, and
-        grown if still too small, when an :meth:`add` does not fit (growing reallocates the device copy:
-        capture CUDA graphs after the pool has its final size).
+        Initial number of segment slots (default ``8 * max_requests + 64``). When an :meth:`add` does
+        not fit, the pool is compacted, and grown (at least doubled) where less than half of it would
+        be free, so that steady admission and removal compact rarely. Growing reallocates the device
+        copy: before capturing CUDA graphs, :meth:`reserve` the size needed, then :meth:`freeze`.
     dtype : ``numpy.int64`` (default) or ``numpy.float32`` (numpy, torch or string dtype)
         The positions' dtype, which ``out`` must have. int64 tables hold every family but Qwen3-Omni,
         whose positions are fractional float32: serve it with a float32 table. A float32 table follows
@@ -108,6 +112,9 @@ class PositionTable:
         that call at start-up with an empty step of its real arrays, e.g. ``fill(out, rows[:0],
         num_computed[:0], num_scheduled[:0])``.
 
+    A table may be shared by threads: every call holds the table's lock (a fraction of a microsecond),
+    so calls from several threads run one at a time and each sees the table between calls.
+
     Examples
     --------
     >>> table = PositionTable(256)
@@ -126,20 +133,21 @@ class PositionTable:
         dtype: Any = np.int64,
         backend: str = "auto",
     ) -> None:
-        if not isinstance(max_requests, (int, np.integer)) or max_requests <= 0:
+        if not _is_int(max_requests) or max_requests <= 0:
             raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
-        if max_position is not None and (
-            not isinstance(max_position, (int, np.integer)) or max_position <= 0
-        ):
+        if max_position is not None and (not _is_int(max_position) or max_position <= 0):
             raise MRopeError(f"max_position must be a positive int or None, got {max_position!r}")
+        if pool_capacity is not None and (not _is_int(pool_capacity) or pool_capacity <= 0):
+            raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
         capacity = 8 * int(max_requests) + 64 if pool_capacity is None else int(pool_capacity)
-        if capacity <= 0:
-            raise MRopeError(f"pool_capacity must be positive, got {pool_capacity!r}")
+        # every public call holds it: the numpy step's scratch and the pool are shared state
+        self._lock = threading.Lock()
         self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
         floats = self.dtype == _FLOAT32
         self.max_index = _FLOAT_MAX_INDEX if floats else _MAX_INDEX  # sequence indices stay below
+        self._unsigned_bound = self.max_index ^ _SIGN  # the bound of counts ``^ _SIGN`` (see _fill_numpy)
         # rows _PLEN, _DELTA, _KEY; request ``row`` in column ``row + 1``, free rows at both ends
         self._info = np.zeros((3, self.max_requests + 2), dtype=np.int64)
         self._info[_PLEN] = _DEAD
@@ -160,25 +168,76 @@ class PositionTable:
 
     # -- queries ----------------------------------------------------------------------------------
     def __contains__(self, row: int) -> bool:
-        return 0 <= row < self.max_requests and self._pool.slots[row] > 0
+        """Whether ``row`` holds a request (an int out of range holds none; anything else but an int
+        raises :class:`MRopeError`)."""
+        if not _is_int(row):
+            raise MRopeError(f"row must be an int, got {row!r}")
+        with self._lock:
+            return 0 <= row < self.max_requests and self._pool.slots[row] > 0
 
     @property
     def num_requests(self) -> int:
-        return self._pool.num_live()
+        with self._lock:
+            return self._pool.num_live()
 
     def prompt_length(self, row: int) -> int:
-        return int(self._info[_PLEN, self._live_row(row) + 1])
+        with self._lock:
+            return int(self._info[_PLEN, self._live_row(row) + 1])
 
     def delta(self, row: int) -> int | float:
         """``max(prompt positions) + 1 - prompt length``: the decode offset of ``row`` (a float, holding
         a float32 value, in a float32 table)."""
-        column = self._live_row(row) + 1
-        return int(self._info[_DELTA, column]) if self._delta is None else float(self._delta[column])
+        with self._lock:
+            column = self._live_row(row) + 1
+            return int(self._info[_DELTA, column]) if self._delta is None else float(self._delta[column])
 
     def state_nbytes(self, row: int) -> int:
         """Bytes of state ``row`` holds: its segments (decode tail included: a key and five int64
         fields, two float64 more in a float32 table) and its info."""
-        return self._pool.nbytes(self._live_row(row)) + 3 * 8 + (0 if self._delta is None else 8)
+        with self._lock:
+            return self._pool.nbytes(self._live_row(row)) + 3 * 8 + (0 if self._delta is None else 8)
+
+    @property
+    def pool_capacity(self) -> int:
+        """Segment slots the pool holds now (grown by :meth:`add` and :meth:`reserve`)."""
+        return self._pool.capacity
+
+    @property
+    def frozen(self) -> bool:
+        """Whether :meth:`freeze` fixed the table's arrays."""
+        return self._pool.frozen
+
+    def reserve(self, *, segments: int | None = None, tokens: int | None = None) -> None:
+        """Allocate now what later calls would grow into: a segment pool of at least ``segments`` slots
+        (live requests' included; each request takes its segments + 1), and on the device path a step
+        scratch for ``tokens`` columns (``num_tokens`` of :meth:`fill`, the largest a captured graph
+        runs). Growing reallocates the device copy: call it before capturing CUDA graphs, then
+        :meth:`freeze`. Raises :class:`MRopeError` on a frozen table that would have to grow."""
+        for name, value in (("segments", segments), ("tokens", tokens)):
+            if value is not None and (not _is_int(value) or value < 0):
+                raise MRopeError(f"{name} must be an int >= 0 or None, got {value!r}")
+        with self._lock:
+            pool = self._pool
+            if segments is not None and segments > pool.capacity:
+                if pool.frozen:
+                    raise MRopeError(
+                        f"the table is frozen (freeze()): its pool of {pool.capacity} slots cannot grow "
+                        f"to {segments}"
+                    )
+                pool.compact(0, int(segments))
+                self._moved()
+            if tokens is not None:
+                self._device_state().reserve(int(tokens))
+
+    def freeze(self) -> None:
+        """Fix the addresses of the table's device tensors (e.g. before CUDA graph capture): from now on
+        nothing is reallocated. An :meth:`add` that would grow the pool, or a device step of more
+        columns than the device scratch holds (see :meth:`reserve`), raises :class:`MRopeError` and
+        changes nothing. Compaction still runs, in place."""
+        with self._lock:
+            self._pool.frozen = True
+            if self._device is not None:
+                self._device.frozen = True
 
     # -- admission --------------------------------------------------------------------------------
     def add(
@@ -221,6 +280,10 @@ class PositionTable:
             positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
             The table is unchanged.
         """
+        if not isinstance(family, Family):
+            raise MRopeError(
+                f"family must be a family from mrope.from_config(config), got {type(family).__name__}"
+            )
         table, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
@@ -268,13 +331,14 @@ class PositionTable:
 
     def remove(self, row: int) -> None:
         """Forget the request in ``row`` (finished or preempted); its slots are reused later."""
-        row = self._live_row(row)
-        lo, hi = self._pool.free(row)
-        self._info[:, row + 1] = (_DEAD, 0, 0)
-        if self._delta is not None:
-            self._delta[row + 1] = 0
-        if self._device is not None:
-            self._device.sync(lo, hi, row + 1)
+        with self._lock:
+            row = self._live_row(row)
+            lo, hi = self._pool.free(row)
+            self._info[:, row + 1] = (_DEAD, 0, 0)
+            if self._delta is not None:
+                self._delta[row + 1] = 0
+            if self._device is not None:
+                self._device.sync(lo, hi, row + 1)
 
     # -- each step --------------------------------------------------------------------------------
     def fill(
@@ -295,7 +359,8 @@ class PositionTable:
         rows, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch
             path); int32 and int64 numpy arrays are read without a copy
         num_tokens : int, optional on the numpy path (N is computed); required on the torch path, where
-            it is ``sum(num_scheduled)`` or a fixed capacity (columns past the real tokens get 0).
+            it is ``sum(num_scheduled)`` or a fixed capacity (columns past the real tokens get 0; a
+            smaller value is bad input, counted as below).
 
         Returns
         -------
@@ -305,33 +370,40 @@ class PositionTable:
         ------
         MRopeError
             A row out of range or not live, a negative count, arrays of different lengths, ``out`` too
-            small or not (3, n) of the table's dtype, positions reaching ``max_position``, indices
-            reaching the table's bound (2**32; float32 tables 2**24). Nothing is written.
+            small or not (3, n) of the table's dtype, a last index ``num_computed + num_scheduled - 1``
+            reaching the table's bound (2**32; float32 tables 2**24) or whose position ``index + delta``
+            reaches ``max_position`` (every request's, also one with no token scheduled). Nothing is
+            written. The torch path raises for shapes and dtypes only: bad values there are counted on
+            the device (no host synchronization), their columns written as 0, and :meth:`check` raises.
         """
-        if type(out) is np.ndarray:
-            if self._kernel is not None:
-                num = self._compiled(out, rows, num_computed, num_scheduled, False, num_tokens)
-                if num >= 0:
-                    return num
-        elif is_torch_tensor(out):
-            return self._device_state(out.device).fill(out, rows, num_computed, num_scheduled, num_tokens)
-        return self._fill_numpy(out, rows, num_computed, num_scheduled, num_tokens)
+        with self._lock:
+            if type(out) is np.ndarray:
+                if self._kernel is not None:
+                    num = self._compiled(out, rows, num_computed, num_scheduled, False, num_tokens)
+                    if num >= 0:
+                        return num
+            elif is_torch_tensor(out):
+                device = self._device_state(out.device)
+                return device.fill(out, rows, num_computed, num_scheduled, num_tokens)
+            return self._fill_numpy(out, rows, num_computed, num_scheduled, num_tokens)
 
     def decode(self, out: Any, rows: Any, seq_lens: Any) -> int:
         """Decode positions ``seq_lens - 1 + delta[rows]`` on all three rows of ``out[:, :num_reqs]``.
 
-        The request's last token (index ``seq_lens - 1``) must lie past its prompt. With torch tensors
-        on the table's device this runs there with no host synchronization (the second seed's SGLang
-        path); with numpy it is :meth:`fill` with one token per request. Returns num_reqs.
+        The request's last token (index ``seq_lens - 1``) must lie past its prompt: an index inside it
+        is bad input on every path (:meth:`fill` serves it), as are those :meth:`fill` refuses. With
+        torch tensors on the table's device this runs there with no host synchronization (the second
+        seed's SGLang path); with numpy it is :meth:`fill` with one token per request. Returns num_reqs.
         """
-        if type(out) is np.ndarray:
-            if self._kernel is not None:
-                num = self._compiled(out, rows, seq_lens, seq_lens, True, None)
-                if num >= 0:
-                    return num
-        elif is_torch_tensor(out):
-            return self._device_state(out.device).decode(out, rows, seq_lens)
-        return self._decode_numpy(out, rows, seq_lens)
+        with self._lock:
+            if type(out) is np.ndarray:
+                if self._kernel is not None:
+                    num = self._compiled(out, rows, seq_lens, seq_lens, True, None)
+                    if num >= 0:
+                        return num
+            elif is_torch_tensor(out):
+                return self._device_state(out.device).decode(out, rows, seq_lens)
+            return self._decode_numpy(out, rows, seq_lens)
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a device-path step since the last check had bad input.
@@ -340,8 +412,9 @@ class PositionTable:
         bad requests and counts them on the device. This call synchronizes; make it where the engine
         synchronizes anyway (e.g. when it reads the sampled tokens).
         """
-        if self._device is not None:
-            self._device.check()
+        with self._lock:
+            if self._device is not None:
+                self._device.check()
 
     # -- internals --------------------------------------------------------------------------------
     def _device_state(self, device: Any = None) -> Any:
@@ -375,6 +448,12 @@ class PositionTable:
         (:mod:`._segments`), after the checks of its length and largest position."""
         if type(row) is not int or not 0 <= row < self.max_requests:
             row = self._row(row)
+        with self._lock:
+            self._insert_locked(row, ints, floats, length, delta, largest)
+
+    def _insert_locked(
+        self, row: int, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
+    ) -> None:
         pool = self._pool
         if pool.slots[row]:
             raise MRopeError(f"row {row} already holds a request: remove() it before adding another")
@@ -389,9 +468,8 @@ class PositionTable:
                 f"{self.max_position} (check second_per_grid_ts and the grids)"
             )
         lo, moved = pool.put(row, ints, floats, length, delta)
-        if moved:  # the live rows' keys moved with their slots
-            live, base = pool.live()
-            self._info[_KEY, live + 1] = base << _SHIFT
+        if moved:
+            self._moved(sync=False)
         info, column = self._info_items, row + 1
         info[_PLEN, column] = length
         info[_KEY, column] = lo << _SHIFT
@@ -404,6 +482,14 @@ class PositionTable:
                 self._device.sync_all()
             else:
                 self._device.sync(lo, pool.top, column)
+
+    def _moved(self, sync: bool = True) -> None:
+        """After compaction: the live rows' keys moved with their slots (and the device copy, unless
+        the caller syncs it)."""
+        live, base = self._pool.live()
+        self._info[_KEY, live + 1] = base << _SHIFT
+        if sync and self._device is not None:
+            self._device.sync_all()
 
     def _compiled(
         self, out: np.ndarray, rows: Any, first: Any, count: Any, decode: bool, num_tokens: Any
@@ -461,9 +547,13 @@ class PositionTable:
             or lens.ndim != 1
         ):
             lens = as_index(seq_lens, "seq_lens")
-        return self._fill_numpy(out, rows, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None)
+        return self._fill_numpy(
+            out, rows, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, decode=True
+        )
 
-    def _fill_numpy(self, out: Any, rows: Any, nc: Any, ns: Any, num_tokens: int | None) -> int:
+    def _fill_numpy(
+        self, out: Any, rows: Any, nc: Any, ns: Any, num_tokens: int | None, decode: bool = False
+    ) -> int:
         """:meth:`fill`'s numpy path (and its error messages, for the compiled path too)."""
         if not isinstance(out, np.ndarray):
             raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
@@ -485,13 +575,14 @@ class PositionTable:
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
         if self._delta is not None:
-            return fill_float(self, out, rows, nc, ns, num_tokens)
+            return fill_float(self, out, rows, nc, ns, num_tokens, decode)
         if n == 0:
             return check_out(out, 0, num_tokens)
         if self._flags.shape[0] < n:
             self._grow_scratch(n)
         # per-request scratch: rows _LAST (end + delta), _END (num_computed + num_scheduled),
-        # _NOT_NC and _NOT_NS (~count: >= 0 exactly for a negative count), then the rows' info
+        # _NC and _NS (count ^ _SIGN: counts ordered as unsigned, a negative one above every bound, so
+        # that one max checks both ends and ``end`` cannot wrap), then the rows' info
         # (_PLEN, _DELTA, _KEY), taken there: one max over rows _LAST ... _PLEN checks every bound
         scratch = self._row_info[:, :n]
         # row r's info is column r + 1; columns 0 and max_requests + 1 are free rows that catch
@@ -504,7 +595,7 @@ class PositionTable:
         ones = self._ones if ns.dtype is _INT64 else self._ones32
         if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
             # the last index below the bound (an int32 index always is)
-            if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index - 1:
+            if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index:
                 validate(self.max_requests, rows, nc, ns, info, self.max_index)
             check_out(out, n, num_tokens)
             first = np.add(nc, info[_DELTA], out=index)
@@ -513,8 +604,8 @@ class PositionTable:
             np.copyto(out[:, :n], first)
             return n
         end = np.add(nc, ns, out=scratch[_END], dtype=np.int64)
-        np.invert(nc, out=scratch[_NOT_NC], dtype=np.int64)
-        np.invert(ns, out=scratch[_NOT_NS], dtype=np.int64)
+        np.bitwise_xor(nc, _SIGN, out=scratch[_NC], dtype=np.int64)
+        np.bitwise_xor(ns, _SIGN, out=scratch[_NS], dtype=np.int64)
         if self.max_position is None:
             highest = [0, *np.maximum.reduce(scratch[_END : _INFO + 1], axis=1).tolist()]
         else:
@@ -522,19 +613,22 @@ class PositionTable:
             highest = np.maximum.reduce(scratch[: _INFO + 1], axis=1).tolist()
         if (
             highest[_INFO] == _DEAD
-            or highest[_NOT_NC] >= 0
-            or highest[_NOT_NS] >= 0
-            or highest[_END] >= self.max_index
+            or highest[_NC] > self._unsigned_bound
+            or highest[_NS] > self._unsigned_bound
+            or highest[_END] > self.max_index
         ):
             validate(self.max_requests, rows, nc, ns, info, self.max_index)  # raises
-        cum = np.add.accumulate(ns, out=scratch[_NOT_NC])  # each request's last column + 1 (int64)
+        if decode:  # here only with an index inside its prompt (not the fast path above)
+            self._refuse_prompt_decode(rows, nc, info[_PLEN])
+        cum = np.add.accumulate(ns, out=scratch[_NC])  # each request's last column + 1 (int64)
         num = int(cum[-1])
         check_out(out, num, num_tokens)
-        if num == 0:
-            return 0
-        # the last index's position if past the prompt (the prompt's own were checked at add)
+        # the last index's position (inside the prompt, it is at most the prompt's largest, checked at
+        # add); requests without scheduled tokens too: one rule on every path
         if self.max_position is not None and highest[_LAST] > self.max_position:
             self._check_max(scratch[_LAST] - 1)
+        if num == 0:
+            return 0
         # per request, index (or key) minus column: end - cum (+ delta, or + the row's key)
         if before.tobytes() == self._zeros[:n]:  # every token past its prompt: index + delta
             if self.max_position is None:
@@ -563,6 +657,15 @@ class PositionTable:
         out[2, :num] += offset
         return num
 
+    @staticmethod
+    def _refuse_prompt_decode(rows: np.ndarray, index: np.ndarray, length: np.ndarray) -> None:
+        """:meth:`decode` serves indices past the prompt only (on every path)."""
+        i = int(np.argmax(index < length))
+        raise MRopeError(
+            f"decode: rows[{i}] = {rows[i]} is at index {index[i]}, inside its prompt of {length[i]} "
+            "tokens; decode() serves indices past the prompt, fill() any index"
+        )
+
     def _check_max(self, last: np.ndarray) -> None:
         """``last``: per request, the position of its last scheduled index if that is past the prompt."""
         if last.max() >= self.max_position:
@@ -590,3 +693,8 @@ class PositionTable:
         if self._arange.shape[0] < num:
             self._arange = np.arange(max(num, 2 * self._arange.shape[0]), dtype=np.int64)
         return self._arange[:num]
+
+
+def _is_int(value: Any) -> bool:
+    """A Python or numpy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

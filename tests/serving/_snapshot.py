@@ -1,0 +1,53 @@
+"""The whole state of a :class:`PositionTable` (host arrays, float32 tables' float state, the device
+copy), to check that a refused call changed nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from mrope import MRopeError
+from mrope.serving import PositionTable
+
+
+def snapshot(table: PositionTable) -> dict[str, Any]:
+    pool = table._pool
+    state: dict[str, Any] = {
+        "data": pool.data.copy(),
+        "floats": None if pool.floats is None else pool.floats.copy(),
+        "top": pool.top,
+        "capacity": pool.capacity,
+        "frozen": pool.frozen,
+        "base": list(pool.base),
+        "slots": list(pool.slots),
+        "info": table._info.copy(),
+        "delta": None if table._delta is None else table._delta.copy(),
+    }
+    device = table._device
+    if device is not None:
+        for name in ("data", "floats", "info", "delta", "errors"):
+            tensor = getattr(device, name)
+            state[f"device {name}"] = None if tensor is None else tensor.cpu().clone()
+        state["device ramp"] = device.ramp.shape[0]
+    return state
+
+
+def assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Equal states; a device copy made by the call (on the first torch call) is not a change."""
+    assert before.keys() <= after.keys()
+    for name, value in before.items():
+        if isinstance(value, (np.ndarray, torch.Tensor)):
+            np.testing.assert_array_equal(np.asarray(value), np.asarray(after[name]), err_msg=name)
+        else:
+            assert value == after[name], name
+
+
+def unchanged(table: PositionTable, call, match: str) -> None:
+    """``call()`` raises :class:`MRopeError` matching ``match`` and leaves ``table`` as it was."""
+    before = snapshot(table)
+    with pytest.raises(MRopeError, match=match):
+        call()
+    assert_same(before, snapshot(table))
