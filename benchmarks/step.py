@@ -5,7 +5,7 @@ Usage::
     python benchmarks/step.py [--quick] [--json bench-results/step.json] [--plot step.png]
 
 Ways to write the positions of one engine step into the (3, capacity + 1) buffer (written through
-its numpy view, a non-contiguous (3, N) slice, as vLLM does), with vLLM's inputs (int64 rows, int32
+its numpy view, a non-contiguous (3, N) slice, as vLLM does), with vLLM's inputs (int64 slots, int32
 ``num_computed`` and ``num_scheduled``):
 
 - ``loop-torch``: vLLM's ``_calc_mrope_positions`` before the first seed: a Python loop over the
@@ -109,22 +109,22 @@ class VllmRunner:
         self.requests: dict[str, Any] = {}
         self.mrope_positions = SimpleNamespace(cpu=buffer, np=buffer.numpy())
 
-    def admit(self, row: int, ids: np.ndarray, positions: Any, delta: int) -> None:
-        self.requests[str(row)] = SimpleNamespace(
+    def admit(self, slot: int, ids: np.ndarray, positions: Any, delta: int) -> None:
+        self.requests[str(slot)] = SimpleNamespace(
             mrope_positions=positions,
             mrope_position_delta=delta,
             prompt_token_ids=ids.tolist(),
             prompt_embeds=None,
         )
 
-    def finish(self, row: int) -> None:
-        del self.requests[str(row)]
+    def finish(self, slot: int) -> None:
+        del self.requests[str(slot)]
 
-    def step(self, rows: list[int], nc: np.ndarray, ns: np.ndarray) -> Callable[[], int]:
+    def step(self, slots: list[int], nc: np.ndarray, ns: np.ndarray) -> Callable[[], int]:
         """The step's call; the persistent batch and the scheduler output are set up here, untimed."""
-        req_ids = [str(row) for row in rows]
+        req_ids = [str(slot) for slot in slots]
         self.input_batch.req_ids = req_ids
-        self.input_batch.num_computed_tokens_cpu[: len(rows)] = nc
+        self.input_batch.num_computed_tokens_cpu[: len(slots)] = nc
         scheduler_output = SimpleNamespace(num_scheduled_tokens=dict(zip(req_ids, ns.tolist(), strict=True)))
         num = int(ns.sum())
 
@@ -155,33 +155,33 @@ class Engine:
         self.vllm = None if vllm is None else VllmRunner(vllm, self.buffer, max_requests)
         self.requests: dict[int, Request] = {}
 
-    def admit(self, row: int, ids: np.ndarray, output_len: int) -> None:
+    def admit(self, slot: int, ids: np.ndarray, output_len: int) -> None:
         import torch
 
         positions, delta = self.family.positions(ids, image_grid_thw=[IMAGE_GRID])
         cached = torch.from_numpy(positions)
-        self.requests[row] = Request(ids.size, output_len, cached, delta)
+        self.requests[slot] = Request(ids.size, output_len, cached, delta)
         for table in self.tables.values():
-            table.add(row, self.family, ids, image_grid_thw=[IMAGE_GRID])
+            table.add(slot, self.family, ids, image_grid_thw=[IMAGE_GRID])
         if self.vllm is not None:
-            self.vllm.admit(row, ids, cached, delta)
+            self.vllm.admit(slot, ids, cached, delta)
 
-    def finish(self, row: int) -> None:
-        del self.requests[row]
+    def finish(self, slot: int) -> None:
+        del self.requests[slot]
         for table in self.tables.values():
-            table.remove(row)
+            table.remove(slot)
         if self.vllm is not None:
-            self.vllm.finish(row)
+            self.vllm.finish(slot)
 
     # -- vLLM's loop, modelled on GPUModelRunner._calc_mrope_positions ------------------------------
     def loop(
-        self, rows: list[int], num_computed: np.ndarray, num_scheduled: np.ndarray, use_numpy: bool
+        self, slots: list[int], num_computed: np.ndarray, num_scheduled: np.ndarray, use_numpy: bool
     ) -> int:
         import torch
 
         ptr = 0
-        for index, row in enumerate(rows):
-            req = self.requests[row]
+        for index, slot in enumerate(slots):
+            req = self.requests[slot]
             computed = int(num_computed[index])
             scheduled = int(num_scheduled[index])
             if computed + scheduled > req.prompt_len:
@@ -206,19 +206,19 @@ class Engine:
                 ptr += completion_part
         return ptr
 
-    def methods(self, rows: list[int], nc: np.ndarray, ns: np.ndarray) -> dict[str, Callable[[], int]]:
+    def methods(self, slots: list[int], nc: np.ndarray, ns: np.ndarray) -> dict[str, Callable[[], int]]:
         """Each method's call for one step; counts as vLLM keeps them (int32 numpy arrays)."""
-        rows_np = np.asarray(rows, dtype=np.int64)
+        slots_np = np.asarray(slots, dtype=np.int64)
         nc, ns = nc.astype(np.int32), ns.astype(np.int32)
         view = self.buffer_np[:, :-1]
         methods = {
-            "loop-torch": lambda: self.loop(rows, nc, ns, use_numpy=False),
-            "loop-numpy": lambda: self.loop(rows, nc, ns, use_numpy=True),
+            "loop-torch": lambda: self.loop(slots, nc, ns, use_numpy=False),
+            "loop-numpy": lambda: self.loop(slots, nc, ns, use_numpy=True),
         }
         if self.vllm is not None:
-            methods["vllm"] = self.vllm.step(rows, nc, ns)
+            methods["vllm"] = self.vllm.step(slots, nc, ns)
         for name, table in self.tables.items():
-            methods[name] = lambda t=table: t.fill(view, rows_np, nc, ns)
+            methods[name] = lambda t=table: t.fill(view, slots_np, nc, ns)
         return methods
 
 
@@ -261,8 +261,8 @@ def simulate(num_requests: int, repeats: int, vllm: Any = None, seed: int = 0) -
     arrivals = np.sort(rng.uniform(0, num_requests / 50, num_requests))
     image = [151652] + [151655] * (IMAGE_GRID[1] * IMAGE_GRID[2] // 4) + [151653]
     waiting: list[int] = []  # request ids
-    running: list[int] = []  # rows, in admission order
-    free_rows = list(range(MAX_RUNNING - 1, -1, -1))
+    running: list[int] = []  # slots, in admission order
+    free_slots = list(range(MAX_RUNNING - 1, -1, -1))
     arrived = 0
     times: dict[str, list[float]] = {}
     cold_times: dict[str, list[float]] = {}
@@ -274,31 +274,31 @@ def simulate(num_requests: int, repeats: int, vllm: Any = None, seed: int = 0) -
             waiting.append(arrived)
             arrived += 1
         # admission: a free slot per waiting request (it is prefilled below, within the budget)
-        while waiting and free_rows:
+        while waiting and free_slots:
             waiting.pop(0)
-            row = free_rows.pop()
+            slot = free_slots.pop()
             text = rng.integers(0, 150000, int(rng.integers(250, 301)))
             ids = np.concatenate([text[:8], image, text[8:]]).astype(np.int64)
-            engine.admit(row, ids, int(rng.integers(150, 251)))
-            running.append(row)
-            state_bytes.append(engine.table.state_nbytes(row))
+            engine.admit(slot, ids, int(rng.integers(150, 251)))
+            running.append(slot)
+            state_bytes.append(engine.table.state_nbytes(slot))
             full_bytes.append(3 * ids.size * 8)
         # schedule: decodes first (one token each), then prefill chunks within the budget
         budget = TOKEN_BUDGET
-        rows, nc, ns = [], [], []
-        for row in running:
-            req = engine.requests[row]
+        slots, nc, ns = [], [], []
+        for slot in running:
+            req = engine.requests[slot]
             want = 1 if req.computed >= req.prompt_len else req.prompt_len - req.computed
             take = min(want, budget)
             if take <= 0:
                 continue
-            rows.append(row)
+            slots.append(slot)
             nc.append(req.computed)
             ns.append(take)
             budget -= take
-        if rows:
+        if slots:
             nc_np, ns_np = np.asarray(nc, dtype=np.int64), np.asarray(ns, dtype=np.int64)
-            methods = engine.methods(rows, nc_np, ns_np)
+            methods = engine.methods(slots, nc_np, ns_np)
             engine.buffer_np.fill(-1)
             num = methods["loop-torch"]()
             known, view = engine.buffer_np[:, :num].copy(), engine.buffer_np[:, :num]
@@ -308,16 +308,16 @@ def simulate(num_requests: int, repeats: int, vllm: Any = None, seed: int = 0) -
                 times.setdefault(name, []).append(seconds)
             for name, seconds in (cold or {}).items():
                 cold_times.setdefault(name, []).append(seconds)
-            batch_sizes.append(len(rows))
+            batch_sizes.append(len(slots))
             tokens.append(int(ns_np.sum()))
-            for row, count in zip(rows, ns, strict=True):
-                engine.requests[row].computed += count
-        for row in list(running):
-            req = engine.requests[row]
+            for slot, count in zip(slots, ns, strict=True):
+                engine.requests[slot].computed += count
+        for slot in list(running):
+            req = engine.requests[slot]
             if req.computed >= req.prompt_len + req.output_len:
-                engine.finish(row)
-                running.remove(row)
-                free_rows.append(row)
+                engine.finish(slot)
+                running.remove(slot)
+                free_slots.append(slot)
         step += 1
     return {
         "times": times,
@@ -336,21 +336,21 @@ def scaling(sizes: list[int], repeats: int, mixed: bool, vllm: Any = None) -> di
     image = [151652] + [151655] * (IMAGE_GRID[1] * IMAGE_GRID[2] // 4) + [151653]
     results: dict[str, list[float]] = {}
     engine = Engine(family, max(sizes) + 1024, max(sizes), vllm=vllm)
-    for row in range(max(sizes)):
+    for slot in range(max(sizes)):
         text = rng.integers(0, 150000, int(rng.integers(250, 301)))
-        engine.admit(row, np.concatenate([text[:8], image, text[8:]]).astype(np.int64), 200)
+        engine.admit(slot, np.concatenate([text[:8], image, text[8:]]).astype(np.int64), 200)
     for n in sizes:
-        rows = list(range(n))
-        nc = np.array([engine.requests[r].prompt_len + 17 for r in rows], dtype=np.int64)
+        slots = list(range(n))
+        nc = np.array([engine.requests[r].prompt_len + 17 for r in slots], dtype=np.int64)
         ns = np.ones(n, dtype=np.int64)
         if mixed:
             nc[0], ns[0] = 0, 512
-        methods = engine.methods(rows, nc, ns)
+        methods = engine.methods(slots, nc, ns)
         num = int(ns.sum())
         view = engine.buffer_np[:, :num]
         methods["loop-torch"]()
         expected = view.copy()  # every method must write what vLLM's loop writes
-        # the floor: one assignment of the already known positions (decode: one row broadcast)
+        # the floor: one assignment of the already known positions (decode: one slot broadcast)
         known = expected[0] if not mixed else expected
         methods["floor"] = lambda v=view, k=known: np.copyto(v, k)
         for name, fn in methods.items():  # each method warm, in its own loop, as _timing.time_call does
@@ -408,13 +408,13 @@ def _sim_table(times: dict[str, tuple[float, float]], baselines: list[str]) -> s
     header = ["method", "median us", "p99 us", "loop-torch / this"]
     for b in baselines:
         header += [f"{b} / this", f"{b} / this, p99"]
-    rows = []
+    slots = []
     for name, (med, p99) in times.items():
-        row = [name, med, p99, _ratio(times["loop-torch"][0], med)]
+        slot = [name, med, p99, _ratio(times["loop-torch"][0], med)]
         for b in baselines:
-            row += [_ratio(times[b][0], med), _ratio(times[b][1], p99)]
-        rows.append(row)
-    return format_table(header, rows)
+            slot += [_ratio(times[b][0], med), _ratio(times[b][1], p99)]
+        slots.append(slot)
+    return format_table(header, slots)
 
 
 def run(args: argparse.Namespace) -> int:

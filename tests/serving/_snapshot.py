@@ -14,17 +14,18 @@ from mrope.serving import PositionTable
 
 
 def snapshot(table: PositionTable) -> dict[str, Any]:
-    pool = table._pool
+    held = table._state
+    pool = held.pool
     state: dict[str, Any] = {
         "data": pool.data.copy(),
         "floats": None if pool.floats is None else pool.floats.copy(),
         "top": pool.top,
         "capacity": pool.capacity,
         "frozen": pool.frozen,
-        "base": list(pool.base),
-        "slots": list(pool.slots),
-        "info": table._info.copy(),
-        "delta": None if table._delta is None else table._delta.copy(),
+        "first": list(pool.first),
+        "count": list(pool.count),
+        "info": held.info.copy(),
+        "deltas": None if held.deltas is None else held.deltas.copy(),
     }
     device = table._device
     if device is not None:

@@ -30,9 +30,9 @@ def table(backend: str) -> PositionTable:
 
 
 FILL_CASES = {
-    "never added": (([1], [0], [1]), r"rows\[0\] = 1 holds no request"),
-    "out of range": (([0, 4], [0, 0], [1, 1]), r"rows\[1\] = 4 is out of range"),
-    "negative row": (([-1], [8], [1]), r"rows\[0\] = -1 is out of range"),
+    "never added": (([1], [0], [1]), r"slots\[0\] = 1 holds no request"),
+    "out of range": (([0, 4], [0, 0], [1, 1]), r"slots\[1\] = 4 is out of range"),
+    "negative row": (([-1], [8], [1]), r"slots\[0\] = -1 is out of range"),
     "negative scheduled": (([0, 2], [0, 7], [3, -1]), r"num_scheduled\[1\] = -1"),
     "negative computed": (([0], [-2], [1]), r"num_computed\[0\] = -2"),
     "lengths": (([0, 2], [0], [1, 1]), "one length"),
@@ -54,8 +54,8 @@ def test_fill_bad_input_writes_nothing(table: PositionTable, case: str, dtype) -
 
 
 DECODE_CASES = {
-    "never added": (([1], [1]), r"rows\[0\] = 1 holds no request"),
-    "out of range": (([0, 4], [20, 8]), r"rows\[1\] = 4 is out of range"),
+    "never added": (([1], [1]), r"slots\[0\] = 1 holds no request"),
+    "out of range": (([0, 4], [20, 8]), r"slots\[1\] = 4 is out of range"),
     "zero length": (([2, 0], [8, 0]), r"num_computed\[1\] = -1"),
     "beyond max_position": (([2, 0], [1500, 20]), "beyond max_position 1000"),
     "lengths": (([0, 2], [20]), "one length"),
@@ -190,11 +190,11 @@ def test_read_only_out(table: PositionTable) -> None:
 
 def test_rows_twice_removed_unknown(table: PositionTable) -> None:
     fam = family("qwen2_vl")
-    unchanged(table, lambda: table.add(0, fam, text(4)), "row 0 already holds a request")
-    unchanged(table, lambda: table.add(4, fam, text(4)), r"row 4 is out of range \[0, 4\)")
-    unchanged(table, lambda: table.remove(1), "row 1 holds no request")
+    unchanged(table, lambda: table.add(0, fam, text(4)), "slot 0 already holds a request")
+    unchanged(table, lambda: table.add(4, fam, text(4)), r"slot 4 is out of range \[0, 4\)")
+    unchanged(table, lambda: table.remove(1), "slot 1 holds no request")
     table.remove(2)
-    unchanged(table, lambda: table.remove(2), "row 2 holds no request")
+    unchanged(table, lambda: table.remove(2), "slot 2 holds no request")
     out = np.full((3, 4), -7, dtype=np.int64)
     unchanged(table, lambda: table.fill(out, np.array([2]), np.array([7]), np.array([1])), "holds no request")
     assert (out == -7).all()
@@ -365,7 +365,7 @@ def test_slots_must_be_ints(table: PositionTable, bad) -> None:
         lambda: table.delta(bad),
         lambda: table.state_nbytes(bad),
     ):
-        unchanged(table, call, "row must be an int")
+        unchanged(table, call, "slot must be an int")
     assert 7 not in table and -1 not in table and np.int32(0) in table
 
 

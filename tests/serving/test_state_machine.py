@@ -287,9 +287,9 @@ class TableMachine(RuleBasedStateMachine):
         one = np.array([0])
         t1 = torch.tensor([0])
         calls = {
-            "slot type": (lambda t: t.add(2.5, fam, ids), "row must be an int"),
-            "slot bool": (lambda t: t.remove(True), "row must be an int"),
-            "contains": (lambda t: "a" in t, "row must be an int"),
+            "slot type": (lambda t: t.add(2.5, fam, ids), "slot must be an int"),
+            "slot bool": (lambda t: t.remove(True), "slot must be an int"),
+            "contains": (lambda t: "a" in t, "slot must be an int"),
             "config": (lambda t: t.add(0, CONFIGS["qwen2_vl"], ids), "family must be"),
             "positions shape": (
                 lambda t: t.add_positions(0, np.zeros((2, 3), np.int64), 0),

@@ -9,17 +9,12 @@ import numpy as np
 
 from .._backends import to_numpy
 from .._errors import MRopeError
+from ._state import DEAD, MAX_INDEX, PLEN
 
-MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
 SIGN = -(1 << 63)  # ``x ^ SIGN`` orders int64 values as unsigned: negative ones after every bound
-# float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
-# transformers' float32 ``index + delta`` does
-FLOAT_MAX_INDEX = 1 << 24
-DEAD = np.iinfo(np.int64).max  # prompt length of a free row: no index is ever "past" it
-PLEN, DELTA, KEY = 0, 1, 2  # rows of the per-request info array
 INT64 = np.dtype(np.int64)
 INT32 = np.dtype(np.int32)
-INDEX_DTYPES = frozenset({INT64, INT32})  # rows and counts read as they are (no copy)
+INDEX_DTYPES = frozenset({INT64, INT32})  # slots and counts read as they are (no copy)
 FLOAT32 = np.dtype(np.float32)
 
 
@@ -39,8 +34,8 @@ def table_dtype(dtype: Any) -> np.dtype:
 
 
 def validate(
-    max_requests: int,
-    rows: np.ndarray,
+    max_slots: int,
+    slots: np.ndarray,
     nc: np.ndarray,
     ns: np.ndarray,
     info: np.ndarray,
@@ -50,21 +45,21 @@ def validate(
     dead = info[PLEN] == DEAD
     if dead.any():
         i = int(np.argmax(dead))
-        if not 0 <= rows[i] < max_requests:
-            raise MRopeError(f"rows[{i}] = {rows[i]} is out of range [0, {max_requests})")
-        raise MRopeError(f"rows[{i}] = {rows[i]} holds no request (never added, or removed)")
+        if not 0 <= slots[i] < max_slots:
+            raise MRopeError(f"slots[{i}] = {slots[i]} is out of range [0, {max_slots})")
+        raise MRopeError(f"slots[{i}] = {slots[i]} holds no request (never added, or removed)")
     if ns.min() < 0:
         i = int(np.argmin(ns))
-        raise MRopeError(f"num_scheduled[{i}] = {ns[i]} (row {rows[i]}): counts must be >= 0")
+        raise MRopeError(f"num_scheduled[{i}] = {ns[i]} (slot {slots[i]}): counts must be >= 0")
     if nc.min() < 0:
         i = int(np.argmin(nc))
-        raise MRopeError(f"num_computed[{i}] = {nc[i]} (row {rows[i]}): counts must be >= 0")
+        raise MRopeError(f"num_computed[{i}] = {nc[i]} (slot {slots[i]}): counts must be >= 0")
     # the last index ``nc + ns - 1`` below ``max_index``; ``max_index - ns`` cannot wrap (ns >= 0)
     over = nc > np.subtract(max_index, ns, dtype=np.int64)
     if over.any():
         i = int(np.argmax(over))
         raise MRopeError(
-            f"row {rows[i]}: sequence index {int(nc[i]) + int(ns[i]) - 1} is beyond {max_index - 1}"
+            f"slot {slots[i]}: sequence index {int(nc[i]) + int(ns[i]) - 1} is beyond {max_index - 1}"
         )
     return int(ns.sum())
 
@@ -94,3 +89,22 @@ def as_index(x: Any, name: str) -> np.ndarray:
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype == np.float64):
         raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr if arr.dtype in INDEX_DTYPES else arr.astype(np.int64)
+
+
+def check_max(last: np.ndarray, max_position: int) -> None:
+    """``last``: per request, the position of its last index (see :meth:`PositionTable.fill`)."""
+    if last.max() >= max_position:
+        i = int(np.argmax(last))
+        raise MRopeError(
+            f"request {i} of the step reaches position {last[i]}, beyond max_position {max_position}"
+        )
+
+
+def refuse_prompt_decode(slots: np.ndarray, index: np.ndarray, length: np.ndarray) -> None:
+    """Raise for the first request whose decode index lies inside its prompt: :meth:`decode` serves
+    indices past the prompt only (on every path)."""
+    i = int(np.argmax(index < length))
+    raise MRopeError(
+        f"decode: slots[{i}] = {slots[i]} is at index {index[i]}, inside its prompt of {length[i]} "
+        "tokens; decode() serves indices past the prompt, fill() any index"
+    )

@@ -4,7 +4,7 @@ vLLM calls ``fill`` every engine step; its numpy path costs ~20 numpy calls (~1 
 the batch), which is most of a step of a few hundred decodes. This module's kernel, compiled once by
 numba (``cache=True``: later processes load it from disk), does the whole step in one call:
 
-1. validation, for every request: the row is in range and live, ``num_computed >= 0``,
+1. validation, for every request: the slot is in range and live, ``num_computed >= 0``,
    ``num_scheduled >= 0``, the last index below the table's bound, (decode) that index past the
    prompt, the last index's position below ``max_position``, and ``out`` has the columns (and
    ``num_tokens`` is N). A bad step returns -1 before anything is written: :class:`PositionTable`
@@ -22,7 +22,7 @@ paths write the same positions. float32 tables (Qwen3-Omni) keep the numpy path.
 
 numba is optional (every vLLM install has it): this module imports it, and is imported only by
 :func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
-environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``rows``,
+environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``slots``,
 ``num_computed`` and ``num_scheduled`` may be int32 or int64 (vLLM's are int32): they are read as
 they are, not copied.
 """
@@ -32,8 +32,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._checks import DEAD, DELTA, KEY, PLEN
 from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
+from ._state import DEAD, DELTA, KEY, PLEN
 
 
 @numba.njit(inline="always")
@@ -45,20 +45,20 @@ def _render(out, col, o, q, r, t0, hw0, is_text):  # noqa: ANN001, ANN202
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def fill(out, rows, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
+def fill(out, slots, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
     """Positions of one step into ``out``; returns N, or -1 (nothing written) for bad input.
 
     ``info``, ``keys``, ``fields``: the table's per-request info and its pool's two views (:mod:`._pool`:
     rows ``FT0 ... OKEY`` of ``fields``).
     ``decode``: ``first`` holds seq_lens (index ``first - 1``, one token each), ``count`` is unused.
     ``max_position``, ``num_tokens``: -1 for none."""
-    n = rows.shape[0]
-    max_requests = info.shape[1] - 2
+    n = slots.shape[0]
+    max_slots = info.shape[1] - 2
     num = 0
     beyond = False  # a last index's position reaches max_position (an error only if N > 0)
     for i in range(n):
-        row = np.int64(rows[i])
-        if row < 0 or row >= max_requests or info[PLEN, row + 1] == DEAD:
+        slot = np.int64(slots[i])
+        if slot < 0 or slot >= max_slots or info[PLEN, slot + 1] == DEAD:
             return -1
         if decode:
             start, size = np.int64(first[i]) - 1, np.int64(1)
@@ -67,16 +67,16 @@ def fill(out, rows, first, count, decode, info, keys, fields, max_position, max_
         # the last index below max_index (``max_index - size`` cannot wrap: size >= 0)
         if start < 0 or size < 0 or start > max_index - size:
             return -1
-        if decode and start < info[PLEN, row + 1]:  # decode serves indices past the prompt only
+        if decode and start < info[PLEN, slot + 1]:  # decode serves indices past the prompt only
             return -1
-        if max_position >= 0 and start + size - 1 + info[DELTA, row + 1] >= max_position:
+        if max_position >= 0 and start + size - 1 + info[DELTA, slot + 1] >= max_position:
             beyond = True  # every request's last index, scheduled tokens or not (the numpy rule)
         num += size
     if num > out.shape[1] or (num_tokens >= 0 and num_tokens != num) or beyond:
         return -1
     col = 0
     for i in range(n):
-        column = np.int64(rows[i]) + 1
+        column = np.int64(slots[i]) + 1
         if decode:
             index = np.int64(first[i]) - 1
             end = index + 1

@@ -1,44 +1,43 @@
 """The numpy step of a float32 :class:`mrope.serving.PositionTable` (Qwen3-Omni's fractional positions).
 
 The same search as the int64 step (:mod:`.table`), with ``t0``, ``hw0`` and the deltas read from the
-table's float64 arrays (float32 values). Each position is the exact float64 sum ``t0 + offset`` (or
-``hw0 + q``, ``hw0 + r + offset``) rounded once to float32, as :func:`mrope.core.render._render_general`
-renders ``family.positions()``; past the prompt ``float64(index) + delta`` rounded once, which for
-indices below 2**24 equals transformers' float32 ``index + delta`` (a float32 sum computed in float64
-and rounded to float32 is the correctly rounded float32 sum).
+state's float64 arrays (:class:`._state.SlotState`; float32 values). Each position is the exact
+float64 sum ``t0 + offset`` (or ``hw0 + q``, ``hw0 + r + offset``) rounded once to float32, as
+:mod:`mrope.core.render` renders ``family.positions()``; past the prompt ``float64(index) + delta``
+rounded once, which for indices below 2**24 equals transformers' float32 ``index + delta`` (a float32
+sum computed in float64 and rounded to float32 is the correctly rounded float32 sum).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ._checks import FLOAT32, KEY, PLEN, check_out, validate
+from ._checks import FLOAT32, check_max, check_out, refuse_prompt_decode, validate
 from ._pool import FIS_TEXT, FWIDTH, OKEY
+from ._state import KEY, PLEN, SlotState
 
 
 def fill_float(
-    table: Any,
+    state: SlotState,
     out: np.ndarray,
-    rows: np.ndarray,
+    slots: np.ndarray,
     nc: np.ndarray,
     ns: np.ndarray,
     num_tokens: int | None,
     decode: bool = False,
 ) -> int:
     """:meth:`PositionTable.fill` of a float32 table (arguments already int64 arrays of one length)."""
-    if rows.shape[0] == 0:
+    if slots.shape[0] == 0:
         return check_out(out, 0, num_tokens, FLOAT32)
-    column = rows + 1  # out-of-range rows read the free columns at both ends (mode="clip")
-    info = table._info.take(column, axis=1, mode="clip")
-    num = validate(table.max_requests, rows, nc, ns, info, table.max_index)
+    column = slots + 1  # out-of-range slots read the free columns at both ends (mode="clip")
+    info = state.info.take(column, axis=1, mode="clip")
+    num = validate(state.max_slots, slots, nc, ns, info, state.max_index)
     if decode and (nc < info[PLEN]).any():
-        table._refuse_prompt_decode(rows, nc, info[PLEN])
+        refuse_prompt_decode(slots, nc, info[PLEN])
     check_out(out, num, num_tokens, FLOAT32)
-    delta = table._delta.take(column, mode="clip")
-    if table.max_position is not None:  # the last index's position (the int64 step's rule)
-        table._check_max((nc + ns - 1 + delta).astype(np.float32))
+    delta = state.deltas.take(column, mode="clip")
+    if state.max_position is not None:  # the last index's position (the int64 step's rule)
+        check_max((nc + ns - 1 + delta).astype(np.float32), state.max_position)
     if num == 0:
         return 0
     col0 = np.cumsum(ns)
@@ -50,7 +49,7 @@ def fill_float(
         np.add(index, np.repeat(delta, ns), out=dest[0], casting="same_kind")
         dest[1:] = dest[0]
         return num
-    pool = table._pool
+    pool = state.pool
     key = index + np.repeat(info[KEY], ns)
     seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
     seg -= 1

@@ -1,14 +1,15 @@
 """The segment pool of :class:`mrope.serving.PositionTable`: every live request's segments, flat.
 
-Request ``row`` owns the slots ``base[row] ... base[row] + slots[row] - 1``; the last one is its decode
-tail. ``data`` (6, capacity) int64 holds a slot per column, in the rows of :mod:`._segments`
-(``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's ``base`` in the high 32 bits of the
-two index rows:
+The request in engine slot ``s`` owns the pool entries ``first[s] ... first[s] + count[s] - 1``; the
+last one is its decode tail. ``data`` (6, capacity) int64 holds an entry per column, in the rows of
+:mod:`._segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's ``base`` (its first
+entry) in the high 32 bits of the two index rows:
 
-- ``keys`` (row ``START``): ``base << 32 | start``, the search key (free slots hold ``slot << 32``, so
-  the keys are sorted over the whole pool and one ``searchsorted`` finds the segment of every token of
-  a step; the slots from ``top`` on, never written since the pool was made or compacted, are also a
-  text segment from origin 0, all a decode tail needs but its start and base);
+- ``keys`` (row ``START``): ``base << 32 | start``, the search key (free entries hold
+  ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
+  segment of every token of a step; the entries from ``top`` on, never written since the pool was
+  made or compacted, are also a text segment from origin 0, all a decode tail needs but its start and
+  base);
 - ``fields`` (rows ``T0 ... ORIGIN``, indexed by ``FT0, FHW0, FWIDTH, FIS_TEXT, OKEY``): ``t0``,
   ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.render`) and ``base << 32 | origin`` (a token's
   offset is its key minus this);
@@ -39,22 +40,22 @@ _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold bas
 
 
 class Pool:
-    """Slots of segments, with compaction and growth (see the module docstring).
+    """Entries of segments, with compaction and growth (see the module docstring).
 
-    An add that does not fit at ``top`` compacts the pool (live slots to the front); the pool grows
+    An add that does not fit at ``top`` compacts the pool (live entries to the front); the pool grows
     (doubling at least) when, after compaction, less than half of it would be free: steady admission
-    and removal then compact once per ``capacity / 2`` slots added, not at every add. Once ``frozen``
+    and removal then compact once per ``capacity / 2`` entries added, not at every add. Once ``frozen``
     (:meth:`PositionTable.freeze`), the arrays keep their size: an add that needs growth raises
     :class:`MRopeError` and changes nothing, and the headroom rule no longer grows the pool.
     """
 
-    def __init__(self, capacity: int, max_requests: int, floats: bool) -> None:
+    def __init__(self, capacity: int, max_slots: int, floats: bool) -> None:
         self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
-        self.top = 0  # first never-used slot
+        self.top = 0  # first never-used entry
         self.frozen = False
-        # per row, Python ints (an admission reads and writes one of each; compaction all)
-        self.base = [0] * max_requests
-        self.slots = [0] * max_requests  # 0: free row
+        # per engine slot, Python ints (an admission reads and writes one of each; compaction all)
+        self.first = [0] * max_slots
+        self.count = [0] * max_slots  # 0: a free slot
 
     def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
@@ -66,12 +67,12 @@ class Pool:
         self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
     def put(
-        self, row: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
+        self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
     ) -> tuple[int, bool]:
-        """Store ``row``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
+        """Store ``slot``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
         ``length`` whose offsets count from index 0 with base ``delta``: positions ``index + delta``
-        rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns the row's
-        first slot and whether the pool was compacted (every slot may have moved)."""
+        rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns the slot's
+        first entry and whether the pool was compacted (every entry may have moved)."""
         need = ints.shape[1] + 1
         lo = self.top
         hi = lo + need
@@ -82,7 +83,7 @@ class Pool:
             hi = lo + need
         last = hi - 1
         self.data[:, lo:last] = ints
-        # the decode tail: a slot from ``top`` on is still a free slot of :func:`_fresh`, a text
+        # the decode tail: an entry from ``top`` on is still a free entry of :func:`_fresh`, a text
         # segment from origin 0 with t0 = hw0 = 0; its start and (int64 tables) t0 and hw0 remain,
         # written one value at a time
         tail = self._data_items
@@ -94,31 +95,31 @@ class Pool:
             self._float_items[0, last] = self._float_items[1, last] = delta
         self._base_bits[:, lo:hi] = lo  # after the tail's start
         self.top = hi
-        self.base[row] = lo
-        self.slots[row] = need
+        self.first[slot] = lo
+        self.count[slot] = need
         return lo, moved
 
-    def free(self, row: int) -> tuple[int, int]:
-        """Release ``row``'s slots (their keys become free keys); returns the slot range."""
-        lo = self.base[row]
-        hi = lo + self.slots[row]
+    def free(self, slot: int) -> tuple[int, int]:
+        """Release ``slot``'s entries (their keys become free keys); returns their range."""
+        lo = self.first[slot]
+        hi = lo + self.count[slot]
         self.keys[lo:hi] = np.arange(lo, hi, dtype=np.int64) << SHIFT
-        self.slots[row] = 0
+        self.count[slot] = 0
         return lo, hi
 
     def compact(self, need: int, capacity: int = 0) -> None:
-        """Move the live requests' slots to the front, with room for ``need`` more slots and at least
-        ``capacity`` in all (growing the pool: see the class docstring)."""
+        """Move the live requests' entries to the front, with room for ``need`` more entries and at
+        least ``capacity`` in all (growing the pool: see the class docstring)."""
         live, base = self.live()
         order = np.argsort(base)
         live, base = live[order], base[order]
-        count = np.array(self.slots)[live]
+        count = np.array(self.count)[live]
         used = int(count.sum())
         capacity = max(capacity, self.capacity)
         if self.frozen:
             if used + need > capacity:
                 raise MRopeError(
-                    f"the table is frozen (freeze()) and its segment pool is full: {used} slots live, "
+                    f"the table is frozen (freeze()) and its segment pool is full: {used} entries live, "
                     f"{need} more needed, capacity {self.capacity}; reserve() more before freezing"
                 )
         elif 2 * (used + need) > capacity:  # less than half free: grow, keeping headroom
@@ -134,29 +135,29 @@ class Pool:
             floats = np.zeros((2, capacity), dtype=np.float64)
             floats[:, :used] = self.floats[:, src]
         self._use(data, floats)
-        bases = np.array(self.base, dtype=np.int64)
-        bases[live] = new_base
-        self.base = bases.tolist()
+        firsts = np.array(self.first, dtype=np.int64)
+        firsts[live] = new_base
+        self.first = firsts.tolist()
         self.top = used
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
-        """The live rows and their first slots (int64 arrays)."""
-        live = np.flatnonzero(self.slots)
-        return live, np.array(self.base, dtype=np.int64)[live]
+        """The live slots and their first entries (int64 arrays)."""
+        live = np.flatnonzero(self.count)
+        return live, np.array(self.first, dtype=np.int64)[live]
 
     def num_live(self) -> int:
-        return len(self.slots) - self.slots.count(0)
+        return len(self.count) - self.count.count(0)
 
-    def nbytes(self, row: int) -> int:
-        """Bytes of ``row``'s slots."""
-        per_slot = self.data.itemsize * self.data.shape[0]
+    def nbytes(self, slot: int) -> int:
+        """Bytes of ``slot``'s entries."""
+        per_entry = self.data.itemsize * self.data.shape[0]
         if self.floats is not None:
-            per_slot += self.floats.itemsize * self.floats.shape[0]
-        return self.slots[row] * per_slot
+            per_entry += self.floats.itemsize * self.floats.shape[0]
+        return self.count[slot] * per_entry
 
 
 def _fresh(capacity: int, used: int) -> np.ndarray:
-    """A (6, capacity) slot array whose slots from ``used`` on are free: key ``slot << 32``, and a
+    """A (6, capacity) entry array whose entries from ``used`` on are free: key ``entry << 32``, and a
     text segment from origin 0 with t0 = hw0 = 0 (what :meth:`Pool.put` leaves of a decode tail)."""
     data = np.zeros((ORIGIN + 1, capacity), dtype=np.int64)
     data[START, used:] = np.arange(used, capacity, dtype=np.int64) << SHIFT

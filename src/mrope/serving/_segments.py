@@ -39,7 +39,7 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
     return ints, data[T0:WIDTH].astype(np.float64)
 
 
-def from_positions(positions: np.ndarray, *, row: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Segments that render exactly ``positions`` (3, L): text runs and vision frames.
 
     Runs of ``(+1, +1, +1)`` steps on equal rows are text; runs of ``(0, 0, +1)`` steps are rows of a
@@ -89,7 +89,7 @@ def from_positions(positions: np.ndarray, *, row: int, floats: bool) -> tuple[np
     table = SegmentTable(data, length)
     if not np.array_equal(render_all(table), positions):
         raise MRopeError(
-            f"positions of row {row} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
+            f"positions of slot {slot} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
             "of the M-RoPE rule, or (fractional positions) not exactly float32(t0 + o) from each run's "
             "first position; register the request with add() from its prompt instead"
         )

@@ -1,9 +1,9 @@
 """The device path of :class:`mrope.PositionTable`: the same render in torch ops on device tensors.
 
-The table's pool and per-request info live on the device (copied there at admission, the only
-host-to-device traffic). A step is fixed-shape torch ops with N given by the caller: no
-``.item()``, no ``nonzero``, no boolean-mask indexing, no copy to the host, so it neither
-synchronizes nor blocks CUDA graph capture. Bad values (a free row, a negative count, a position
+The table's state (:class:`._state.SlotState`: the pool and per-slot info) is mirrored on the device
+(copied there at admission, the only host-to-device traffic). A step is fixed-shape torch ops with N
+given by the caller: no ``.item()``, no ``nonzero``, no boolean-mask indexing, no copy to the host, so
+it neither synchronizes nor blocks CUDA graph capture. Bad values (a free slot, a negative count, a position
 reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
 counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.check`) raises later.
 
@@ -20,10 +20,9 @@ import torch
 
 from .._errors import MRopeError
 from ._pool import FHW0, FIELDS, FIS_TEXT, FT0, FWIDTH, KEYS, OKEY
-from .table import _DEAD, _DELTA, _KEY, _PLEN, PositionTable
+from ._state import DEAD, DELTA, KEY, PLEN, SlotState
 
 _DTYPE = torch.int64  # indices, keys, integer fields
-_OUT_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32}
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -48,7 +47,7 @@ class DeviceTable:
     it through :meth:`PositionTable.fill` and :meth:`PositionTable.decode`.
     """
 
-    def __init__(self, table: PositionTable, device: Any) -> None:
+    def __init__(self, state: SlotState, device: Any) -> None:
         try:
             self.device = torch.device(device)
         except (RuntimeError, TypeError) as err:
@@ -57,14 +56,13 @@ class DeviceTable:
             torch.empty(0, device=self.device)
         except (AssertionError, RuntimeError) as err:
             raise MRopeError(f"device {device!r} cannot be used: {err}") from None
-        self.table = table
-        self.frozen = False  # PositionTable.freeze: no reallocation from then on
-        self.max_requests = table.max_requests
-        self.out_dtype = _OUT_DTYPES[table.dtype]
+        self.state = state
+        self.max_slots = state.max_slots
+        self.out_dtype = torch.float32 if state.floats else torch.int64
         self.data = self.keys = self.fields = self.floats = None  # the pool's, as in mrope.serving._pool
         self._copy_pool()
-        self.info = torch.from_numpy(table._info).to(self.device)  # (3, max_requests + 2)
-        self.delta = None if table._delta is None else torch.from_numpy(table._delta).to(self.device)
+        self.info = torch.from_numpy(state.info).to(self.device)  # (3, max_slots + 2)
+        self.delta = None if state.deltas is None else torch.from_numpy(state.deltas).to(self.device)
         self.errors = torch.zeros((), dtype=_DTYPE, device=self.device)
         self.zero = torch.zeros((), dtype=_DTYPE, device=self.device)
         self.ramp = torch.arange(0, dtype=_DTYPE, device=self.device)
@@ -75,24 +73,24 @@ class DeviceTable:
 
     # -- admission (host to device) ---------------------------------------------------------------
     def sync(self, lo: int, hi: int, column: int) -> None:
-        """Copy pool slots ``lo:hi`` and one info column from the host table."""
-        pool = self.table._pool
+        """Copy pool entries ``lo:hi`` and one info column from the host state."""
+        pool = self.state.pool
         self.data[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.data[:, lo:hi])))
         if self.floats is not None:
             self.floats[:, lo:hi].copy_(torch.from_numpy(np.ascontiguousarray(pool.floats[:, lo:hi])))
-            self.delta[column].copy_(torch.from_numpy(self.table._delta[column : column + 1])[0])
-        info = self.table._info
+            self.delta[column].copy_(torch.from_numpy(self.state.deltas[column : column + 1])[0])
+        info = self.state.info
         self.info[:, column].copy_(torch.from_numpy(np.ascontiguousarray(info[:, column])))
 
     def sync_all(self) -> None:
         """Copy the whole pool (after compaction; reallocated if it grew) and all info."""
         self._copy_pool()
-        self.info.copy_(torch.from_numpy(self.table._info))
+        self.info.copy_(torch.from_numpy(self.state.info))
         if self.delta is not None:
-            self.delta.copy_(torch.from_numpy(self.table._delta))
+            self.delta.copy_(torch.from_numpy(self.state.deltas))
 
     def _copy_pool(self) -> None:
-        pool = self.table._pool
+        pool = self.state.pool
         for name in ("data", "floats"):
             host, mine = getattr(pool, name), getattr(self, name)
             if host is None:
@@ -110,7 +108,7 @@ class DeviceTable:
         if count:
             self.errors.zero_()
             raise MRopeError(
-                f"{count} request(s) of device-path steps had bad input (a row holding no request, "
+                f"{count} request(s) of device-path steps had bad input (a slot holding no request, "
                 "a negative count, an index reaching the table's bound, an index inside the prompt "
                 "for decode(), a position reaching max_position, or tokens past num_tokens); their "
                 "columns were written as 0"
@@ -118,14 +116,14 @@ class DeviceTable:
 
     # -- each step --------------------------------------------------------------------------------
     def fill(
-        self, out: torch.Tensor, rows: Any, num_computed: Any, num_scheduled: Any, num_tokens: int | None
+        self, out: torch.Tensor, slots: Any, num_computed: Any, num_scheduled: Any, num_tokens: int | None
     ) -> int:
         """:meth:`PositionTable.fill` on device tensors; ``num_tokens`` (host int) is required.
 
         ``num_tokens`` may exceed ``sum(num_scheduled)`` (a fixed capacity, e.g. for a CUDA graph):
         the columns past the real tokens get 0. A smaller one is counted as bad input for each request
         whose tokens do not fit (their columns are not written past ``num_tokens``). Every request is
-        checked, also in a step of no tokens (a free row there is bad input, as on the host).
+        checked, also in a step of no tokens (a free slot there is bad input, as on the host).
         """
         if not isinstance(num_tokens, (int, np.integer)) or isinstance(num_tokens, bool) or num_tokens < 0:
             raise MRopeError(
@@ -134,15 +132,15 @@ class DeviceTable:
             )
         num = int(num_tokens)
         self._check_out(out, num)
-        rows, nc, ns = (
-            self._index(rows, "rows"),
+        slots, nc, ns = (
+            self._index(slots, "slots"),
             self._index(num_computed, "num_computed"),
             self._index(num_scheduled, "num_scheduled"),
         )
-        n = rows.shape[0]
+        n = slots.shape[0]
         if nc.shape[0] != n or ns.shape[0] != n:
             raise MRopeError(
-                f"rows, num_computed and num_scheduled must have one length, got {n}, "
+                f"slots, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
         col = self._ramp(num)  # before any write: a frozen table refuses to grow it
@@ -150,22 +148,22 @@ class DeviceTable:
             out[:, :num].zero_()
             return num
         # per request, the host path's checks (counted, not raised), also when the step has no token
-        info, ok, delta = self._rows_info(rows)
+        info, ok, delta = self._slots_info(slots)
         ends = torch.cumsum(ns, 0)
-        max_index = self.table.max_index
+        max_index = self.state.max_index
         # the last index below max_index (``max_index - nc`` cannot wrap: nc >= 0); every request's
         # columns inside ``num_tokens`` (a smaller N would drop the last requests' tokens)
         ok &= (nc >= 0) & (ns >= 0) & (nc <= max_index) & (ns <= max_index - nc) & (ends <= num)
-        if self.table.max_position is not None:  # the last index's position (the host path's rule)
+        if self.state.max_position is not None:  # the last index's position (the host path's rule)
             last = nc + ns - 1 + delta
-            ok &= (last if self.delta is None else last.to(torch.float32)) < self.table.max_position
+            ok &= (last if self.delta is None else last.to(torch.float32)) < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
         if num == 0:
             return 0
         req = torch.searchsorted(ends, col, right=True)  # request of each column; n past the real ones
         real = req < n
         req.clamp_(max=n - 1)
-        key = (info[_KEY] + nc - ends + ns).index_select(0, req)
+        key = (info[KEY] + nc - ends + ns).index_select(0, req)
         key += col
         seg = torch.searchsorted(self.keys, key, right=True)
         seg -= 1
@@ -188,40 +186,40 @@ class DeviceTable:
         torch.where(valid, pos, self.zero, out=out[:, :num])
         return num
 
-    def decode(self, out: torch.Tensor, rows: Any, seq_lens: Any) -> int:
-        """``seq_lens - 1 + delta[rows]`` on all three rows of ``out[:, :num_reqs]``, on the device."""
-        rows, lens = self._index(rows, "rows"), self._index(seq_lens, "seq_lens")
-        n = rows.shape[0]
+    def decode(self, out: torch.Tensor, slots: Any, seq_lens: Any) -> int:
+        """``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``, on the device."""
+        slots, lens = self._index(slots, "slots"), self._index(seq_lens, "seq_lens")
+        n = slots.shape[0]
         if lens.shape[0] != n:
-            raise MRopeError(f"rows and seq_lens must have one length, got {n} and {lens.shape[0]}")
+            raise MRopeError(f"slots and seq_lens must have one length, got {n} and {lens.shape[0]}")
         self._check_out(out, n)
         if n == 0:
             return 0
-        info, ok, delta = self._rows_info(rows)
+        info, ok, delta = self._slots_info(slots)
         index = lens - 1
-        ok &= (index >= info[_PLEN]) & (index < self.table.max_index)
+        ok &= (index >= info[PLEN]) & (index < self.state.max_index)
         pos = index + delta
         if self.delta is not None:
             pos = pos.to(torch.float32)  # one rounding of the float64 sum
-        if self.table.max_position is not None:
-            ok &= pos < self.table.max_position
+        if self.state.max_position is not None:
+            ok &= pos < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
         torch.where(ok.expand(3, n), pos.expand(3, n), self.zero, out=out[:, :n])
         return n
 
     # -- internals --------------------------------------------------------------------------------
-    def _rows_info(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Info (3, n) of ``rows``, whether each row is live (out-of-range rows read a free column), and
-        the rows' deltas (float64 in a float32 table)."""
-        column = (rows + 1).clamp_(0, self.max_requests + 1)
+    def _slots_info(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Info (3, n) of ``slots``, whether each slot is live (out-of-range slots read a free column),
+        and the slots' deltas (float64 in a float32 table)."""
+        column = (slots + 1).clamp_(0, self.max_slots + 1)
         info = self.info.index_select(1, column)
-        delta = info[_DELTA] if self.delta is None else self.delta.index_select(0, column)
-        return info, info[_PLEN] != _DEAD, delta
+        delta = info[DELTA] if self.delta is None else self.delta.index_select(0, column)
+        return info, info[PLEN] != DEAD, delta
 
     def reserve(self, num: int) -> None:
         """Size the step scratch for ``num`` columns now (see :meth:`PositionTable.reserve`)."""
         if self.ramp.shape[0] < num:
-            if self.frozen:
+            if self.state.pool.frozen:
                 raise MRopeError(
                     f"the table is frozen (freeze()): its device scratch of {self.ramp.shape[0]} "
                     f"columns cannot grow to {num}"
@@ -230,7 +228,7 @@ class DeviceTable:
 
     def _ramp(self, num: int) -> torch.Tensor:
         if self.ramp.shape[0] < num:  # grows during warm-up, before any graph capture
-            if self.frozen:
+            if self.state.pool.frozen:
                 raise MRopeError(
                     f"the table is frozen (freeze()): a device step of {num} columns needs more scratch "
                     f"than its {self.ramp.shape[0]} (reserve(tokens=...) before freezing)"

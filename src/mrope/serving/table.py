@@ -1,13 +1,15 @@
 """The positions state of a serving engine's running requests, and the per-step ``fill`` (CPU path).
 
-Every live request keeps its placed segments (O(images + video frames), not O(tokens)) in one flat
-pool (:mod:`._pool`): request ``row`` owns the pool slots ``base[row] ... base[row] + n - 1``, the last
-one a text segment at the prompt length that never ends (``index + delta``, the decode tail). A
-segment's key is ``base << 32 | start``; free slots hold ``slot << 32``, so the keys are sorted over the
-whole pool and one ``searchsorted`` finds the segment of every scheduled token of every request.
-Positions then follow the formula of :mod:`mrope.core.render` (offsets counted from each segment's
-``origin``). Steps where every token lies past its prompt (decode, speculative decode) skip the
-search: ``index + delta[row]``. float32 tables (Qwen3-Omni) take :mod:`._float`'s step.
+An engine runs each request in a *slot* (vLLM's persistent batch row, SGLang's request pool index):
+the table's state (:class:`._state.SlotState`) keeps, per slot, the request's placed segments
+(O(images + video frames), not O(tokens)) in one flat pool (:mod:`._pool`): the request in slot ``s``
+owns the pool entries from its ``base``, the last one a text segment at the prompt length that never
+ends (``index + delta``, the decode tail). A segment's key is ``base << 32 | start``; free entries
+hold ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
+segment of every scheduled token of every request. Positions then follow the formula of
+:mod:`mrope.core.render` (offsets counted from each segment's ``origin``). Steps where every token
+lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``. float32
+tables (Qwen3-Omni) take :mod:`._float`'s step; torch tensors the device mirror of :mod:`.device`.
 
 Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
 :mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
@@ -17,7 +19,6 @@ Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import numpy as np
@@ -25,26 +26,23 @@ import numpy as np
 from .._backends import is_torch_tensor
 from .._errors import MRopeError
 from ..families import Family
-from ._checks import DEAD as _DEAD
-from ._checks import DELTA as _DELTA
 from ._checks import FLOAT32 as _FLOAT32
-from ._checks import FLOAT_MAX_INDEX as _FLOAT_MAX_INDEX
 from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
-from ._checks import KEY as _KEY
-from ._checks import MAX_INDEX as _MAX_INDEX
-from ._checks import PLEN as _PLEN
 from ._checks import SIGN as _SIGN
-from ._checks import as_index, check_out, table_dtype, validate
+from ._checks import as_index, check_max, check_out, refuse_prompt_decode, table_dtype, validate
 from ._float import fill_float
 from ._pool import FHW0 as _FHW0
 from ._pool import FIS_TEXT as _FIS_TEXT
 from ._pool import FT0 as _FT0
 from ._pool import FWIDTH as _FWIDTH
 from ._pool import OKEY as _OKEY
-from ._pool import SHIFT as _SHIFT
-from ._pool import Pool
 from ._segments import from_positions, nonempty, positions_input
+from ._state import DEAD as _DEAD
+from ._state import DELTA as _DELTA
+from ._state import KEY as _KEY
+from ._state import PLEN as _PLEN
+from ._state import SlotState
 
 _LAST, _END, _NC, _NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
 BACKENDS = ("auto", "numba", "numpy")
@@ -74,12 +72,12 @@ def compiled_step(backend: str, floats: bool) -> Any:
 
 
 class PositionTable:
-    """M-RoPE positions of a serving engine's running requests, indexed by row (persistent batch slot).
+    """M-RoPE positions of a serving engine's running requests, indexed by the engine's request slot.
 
     Parameters
     ----------
     max_requests : int
-        Number of rows (the engine's maximum number of running requests).
+        Number of slots ``0 ... max_requests - 1`` (the engine's maximum number of running requests).
     device : str or torch.device, default ``"cpu"``
         Where the torch path (:meth:`fill` and :meth:`decode` with torch tensors) runs. Anything but
         ``"cpu"`` keeps a copy of the table on that device, updated at :meth:`add` and :meth:`remove`.
@@ -88,7 +86,8 @@ class PositionTable:
         Exclusive bound on positions (e.g. the size of the model's cos/sin cache): adding a request, or
         filling a step, that would reach it raises :class:`MRopeError`.
     pool_capacity : int, optional
-        Initial number of segment slots (default ``8 * max_requests + 64``). When an :meth:`add` does
+        Initial number of segment entries of the pool (default ``8 * max_requests + 64``; a request
+        takes its segments + 1). When an :meth:`add` does
         not fit, the pool is compacted, and grown (at least doubled) where less than half of it would
         be free, so that steady admission and removal compact rarely. Growing reallocates the device
         copy: before capturing CUDA graphs, :meth:`reserve` the size needed, then :meth:`freeze`.
@@ -109,7 +108,7 @@ class PositionTable:
         positions and raise the same errors. float32 tables always use numpy. ``table.backend`` tells
         which one runs. numba compiles the step on its first call for each combination of array types
         (seconds; then from its on-disk cache, a fraction of a second per process): an engine makes
-        that call at start-up with an empty step of its real arrays, e.g. ``fill(out, rows[:0],
+        that call at start-up with an empty step of its real arrays, e.g. ``fill(out, slots[:0],
         num_computed[:0], num_scheduled[:0])``.
 
     A table may be shared by threads: every call holds the table's lock (a fraction of a microsecond),
@@ -119,7 +118,7 @@ class PositionTable:
     --------
     >>> table = PositionTable(256)
     >>> table.add(0, family, input_ids, image_grid_thw=grid)       # admission
-    >>> n = table.fill(positions_np[:, :capacity], rows, num_computed, num_scheduled)  # each step
+    >>> n = table.fill(positions_np[:, :capacity], slots, num_computed, num_scheduled)  # each step
     >>> table.remove(0)                                             # finish
     """
 
@@ -140,23 +139,20 @@ class PositionTable:
         if pool_capacity is not None and (not _is_int(pool_capacity) or pool_capacity <= 0):
             raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
         capacity = 8 * int(max_requests) + 64 if pool_capacity is None else int(pool_capacity)
-        # every public call holds it: the numpy step's scratch and the pool are shared state
-        self._lock = threading.Lock()
         self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
         floats = self.dtype == _FLOAT32
-        self.max_index = _FLOAT_MAX_INDEX if floats else _MAX_INDEX  # sequence indices stay below
+        self._floats = floats
+        state = SlotState(self.max_requests, floats=floats, capacity=capacity, max_position=self.max_position)
+        self._state = state
+        # the state's parts the numpy step reads, bound once (none is ever replaced: the pool
+        # reallocates its own arrays)
+        self._info, self._pool, self._lock = state.info, state.pool, state.lock
+        self.max_index = state.max_index  # sequence indices stay below
         self._unsigned_bound = self.max_index ^ _SIGN  # the bound of counts ``^ _SIGN`` (see _fill_numpy)
-        # rows _PLEN, _DELTA, _KEY; request ``row`` in column ``row + 1``, free rows at both ends
-        self._info = np.zeros((3, self.max_requests + 2), dtype=np.int64)
-        self._info[_PLEN] = _DEAD
-        self._info_items = memoryview(self._info)  # one value at a time: cheaper than numpy's indexing
-        # float32 tables: the deltas (float32 values), per info column; _info[_DELTA] is then 0
-        self._delta = np.zeros(self.max_requests + 2, dtype=np.float64) if floats else None
         self._flags = np.empty(0, dtype=bool)
         self._grow_scratch(64)
-        self._pool = Pool(capacity, self.max_requests, floats)
         self._scratch = np.empty((5, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
@@ -167,39 +163,38 @@ class PositionTable:
             self._device_state()
 
     # -- queries ----------------------------------------------------------------------------------
-    def __contains__(self, row: int) -> bool:
-        """Whether ``row`` holds a request (an int out of range holds none; anything else but an int
+    def __contains__(self, slot: int) -> bool:
+        """Whether ``slot`` holds a request (an int out of range holds none; anything else but an int
         raises :class:`MRopeError`)."""
-        if not _is_int(row):
-            raise MRopeError(f"row must be an int, got {row!r}")
+        if not _is_int(slot):
+            raise MRopeError(f"slot must be an int, got {slot!r}")
         with self._lock:
-            return 0 <= row < self.max_requests and self._pool.slots[row] > 0
+            return 0 <= slot < self.max_requests and self._state.is_live(slot)
 
     @property
     def num_requests(self) -> int:
         with self._lock:
             return self._pool.num_live()
 
-    def prompt_length(self, row: int) -> int:
+    def prompt_length(self, slot: int) -> int:
         with self._lock:
-            return int(self._info[_PLEN, self._live_row(row) + 1])
+            return self._state.prompt_length(self._live_slot(slot))
 
-    def delta(self, row: int) -> int | float:
-        """``max(prompt positions) + 1 - prompt length``: the decode offset of ``row`` (a float, holding
-        a float32 value, in a float32 table)."""
+    def delta(self, slot: int) -> int | float:
+        """``max(prompt positions) + 1 - prompt length``: the decode offset of ``slot`` (a float,
+        holding a float32 value, in a float32 table)."""
         with self._lock:
-            column = self._live_row(row) + 1
-            return int(self._info[_DELTA, column]) if self._delta is None else float(self._delta[column])
+            return self._state.delta(self._live_slot(slot))
 
-    def state_nbytes(self, row: int) -> int:
-        """Bytes of state ``row`` holds: its segments (decode tail included: a key and five int64
+    def state_nbytes(self, slot: int) -> int:
+        """Bytes of state ``slot`` holds: its segments (decode tail included: a key and five int64
         fields, two float64 more in a float32 table) and its info."""
         with self._lock:
-            return self._pool.nbytes(self._live_row(row)) + 3 * 8 + (0 if self._delta is None else 8)
+            return self._state.nbytes(self._live_slot(slot))
 
     @property
     def pool_capacity(self) -> int:
-        """Segment slots the pool holds now (grown by :meth:`add` and :meth:`reserve`)."""
+        """Segment entries the pool holds now (grown by :meth:`add` and :meth:`reserve`)."""
         return self._pool.capacity
 
     @property
@@ -208,10 +203,10 @@ class PositionTable:
         return self._pool.frozen
 
     def reserve(self, *, segments: int | None = None, tokens: int | None = None) -> None:
-        """Allocate now what later calls would grow into: a segment pool of at least ``segments`` slots
-        (live requests' included; each request takes its segments + 1), and on the device path a step
-        scratch for ``tokens`` columns (``num_tokens`` of :meth:`fill`, the largest a captured graph
-        runs). Growing reallocates the device copy: call it before capturing CUDA graphs, then
+        """Allocate now what later calls would grow into: a segment pool of at least ``segments``
+        entries (live requests' included; each request takes its segments + 1), and on the device path
+        a step scratch for ``tokens`` columns (``num_tokens`` of :meth:`fill`, the largest a captured
+        graph runs). Growing reallocates the device copy: call it before capturing CUDA graphs, then
         :meth:`freeze`. Raises :class:`MRopeError` on a frozen table that would have to grow."""
         for name, value in (("segments", segments), ("tokens", tokens)):
             if value is not None and (not _is_int(value) or value < 0):
@@ -221,11 +216,12 @@ class PositionTable:
             if segments is not None and segments > pool.capacity:
                 if pool.frozen:
                     raise MRopeError(
-                        f"the table is frozen (freeze()): its pool of {pool.capacity} slots cannot grow "
-                        f"to {segments}"
+                        f"the table is frozen (freeze()): its pool of {pool.capacity} entries cannot "
+                        f"grow to {segments}"
                     )
-                pool.compact(0, int(segments))
-                self._moved()
+                self._state.grow(int(segments))
+                if self._device is not None:
+                    self._device.sync_all()
             if tokens is not None:
                 self._device_state().reserve(int(tokens))
 
@@ -236,13 +232,11 @@ class PositionTable:
         changes nothing. Compaction still runs, in place."""
         with self._lock:
             self._pool.frozen = True
-            if self._device is not None:
-                self._device.frozen = True
 
     # -- admission --------------------------------------------------------------------------------
     def add(
         self,
-        row: int,
+        slot: int,
         family: Any,
         input_ids: Any,
         *,
@@ -254,11 +248,11 @@ class PositionTable:
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
     ) -> None:
-        """Register the request in ``row`` from its prompt (or, after preemption, prompt + generated).
+        """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
 
         Parameters
         ----------
-        row : int, in ``[0, max_requests)``, free
+        slot : int, in ``[0, max_requests)``, free (the engine's slot of the request)
         family : a family from :func:`mrope.from_config`
         input_ids : shape (L,), integer; list, numpy or torch
         image_grid_thw, video_grid_thw : (num_items, 3), optional
@@ -274,7 +268,7 @@ class PositionTable:
         Raises
         ------
         MRopeError
-            ``row`` out of range or already live; anything :meth:`Family.segments` refuses (audio
+            ``slot`` out of range or already live; anything :meth:`Family.segments` refuses (audio
             inputs to a family without audio among them, offsets that do not fit the prompt); a
             Qwen3-Omni request in an int64 table;
             positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
@@ -295,21 +289,21 @@ class PositionTable:
             use_audio_in_video=use_audio_in_video,
         )
         data, length = table.data, table.length
-        if self._delta is None:
+        if not self._floats:
             if data.dtype is not _INT64:
                 raise MRopeError(
-                    f"row {row}: {family.model_type} has float32 positions (fractional video times), "
+                    f"slot {slot}: {family.model_type} has float32 positions (fractional video times), "
                     f"this table holds int64: create it with PositionTable(..., dtype=np.float32)"
                 )
             if table.compact and data.shape[0] == 6:  # a one-prompt table is already in the pool's form
-                self._insert(row, data, None, length, delta, length - 1 + delta)
+                self._insert(slot, data, None, length, delta, length - 1 + delta)
                 return
-        ints, floats = nonempty(table, floats=self._delta is not None)
-        largest = (length - 1) + delta if self._delta is None else np.float32(length - 1) + delta
-        self._insert(row, ints, floats, length, delta, largest)
+        ints, floats = nonempty(table, floats=self._floats)
+        largest = (length - 1) + delta if not self._floats else np.float32(length - 1) + delta
+        self._insert(slot, ints, floats, length, delta, largest)
 
-    def add_positions(self, row: int, positions: Any, delta: int | float) -> None:
-        """Register the request in ``row`` from precomputed prompt positions.
+    def add_positions(self, slot: int, positions: Any, delta: int | float) -> None:
+        """Register the request in ``slot`` from precomputed prompt positions.
 
         Parameters
         ----------
@@ -322,27 +316,25 @@ class PositionTable:
         delta : int (float32 tables: int or float, taken as float32), the offset of positions past the
             prompt (``index + delta``).
         """
-        floats = self._delta is not None
+        floats = self._floats
         pos, delta = positions_input(positions, delta, floats=floats)
-        ints, fields = from_positions(pos, row=row, floats=floats)
+        ints, fields = from_positions(pos, slot=slot, floats=floats)
         length = pos.shape[1]
         last = length - 1 + delta if not floats else np.float32(length - 1) + np.float32(delta)
-        self._insert(row, ints, fields, length, delta, max(pos.max(), last))
+        self._insert(slot, ints, fields, length, delta, max(pos.max(), last))
 
-    def remove(self, row: int) -> None:
-        """Forget the request in ``row`` (finished or preempted); its slots are reused later."""
+    def remove(self, slot: int) -> None:
+        """Forget the request in ``slot`` (finished or preempted); the slot and its segments' pool
+        entries are reused later."""
         with self._lock:
-            row = self._live_row(row)
-            lo, hi = self._pool.free(row)
-            self._info[:, row + 1] = (_DEAD, 0, 0)
-            if self._delta is not None:
-                self._delta[row + 1] = 0
+            slot = self._live_slot(slot)
+            lo, hi = self._state.release(slot)
             if self._device is not None:
-                self._device.sync(lo, hi, row + 1)
+                self._device.sync(lo, hi, slot + 1)
 
     # -- each step --------------------------------------------------------------------------------
     def fill(
-        self, out: Any, rows: Any, num_computed: Any, num_scheduled: Any, num_tokens: int | None = None
+        self, out: Any, slots: Any, num_computed: Any, num_scheduled: Any, num_tokens: int | None = None
     ) -> int:
         """Write the positions of one engine step into ``out``.
 
@@ -356,7 +348,7 @@ class PositionTable:
         out : numpy.ndarray (3, >= N) of the table's dtype (int64, or float32), may be a strided view
             (e.g. of a pinned torch buffer); or a torch tensor on the table's device (the device path,
             see :meth:`mrope.serving.device.DeviceTable.fill`).
-        rows, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch
+        slots, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch
             path); int32 and int64 numpy arrays are read without a copy
         num_tokens : int, optional on the numpy path (N is computed); required on the torch path, where
             it is ``sum(num_scheduled)`` or a fixed capacity (columns past the real tokens get 0; a
@@ -369,7 +361,7 @@ class PositionTable:
         Raises
         ------
         MRopeError
-            A row out of range or not live, a negative count, arrays of different lengths, ``out`` too
+            A slot out of range or not live, a negative count, arrays of different lengths, ``out`` too
             small or not (3, n) of the table's dtype, a last index ``num_computed + num_scheduled - 1``
             reaching the table's bound (2**32; float32 tables 2**24) or whose position ``index + delta``
             reaches ``max_position`` (every request's, also one with no token scheduled). Nothing is
@@ -379,16 +371,16 @@ class PositionTable:
         with self._lock:
             if type(out) is np.ndarray:
                 if self._kernel is not None:
-                    num = self._compiled(out, rows, num_computed, num_scheduled, False, num_tokens)
+                    num = self._compiled(out, slots, num_computed, num_scheduled, False, num_tokens)
                     if num >= 0:
                         return num
             elif is_torch_tensor(out):
                 device = self._device_state(out.device)
-                return device.fill(out, rows, num_computed, num_scheduled, num_tokens)
-            return self._fill_numpy(out, rows, num_computed, num_scheduled, num_tokens)
+                return device.fill(out, slots, num_computed, num_scheduled, num_tokens)
+            return self._fill_numpy(out, slots, num_computed, num_scheduled, num_tokens)
 
-    def decode(self, out: Any, rows: Any, seq_lens: Any) -> int:
-        """Decode positions ``seq_lens - 1 + delta[rows]`` on all three rows of ``out[:, :num_reqs]``.
+    def decode(self, out: Any, slots: Any, seq_lens: Any) -> int:
+        """Decode positions ``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``.
 
         The request's last token (index ``seq_lens - 1``) must lie past its prompt: an index inside it
         is bad input on every path (:meth:`fill` serves it), as are those :meth:`fill` refuses. With
@@ -398,12 +390,12 @@ class PositionTable:
         with self._lock:
             if type(out) is np.ndarray:
                 if self._kernel is not None:
-                    num = self._compiled(out, rows, seq_lens, seq_lens, True, None)
+                    num = self._compiled(out, slots, seq_lens, seq_lens, True, None)
                     if num >= 0:
                         return num
             elif is_torch_tensor(out):
-                return self._device_state(out.device).decode(out, rows, seq_lens)
-            return self._decode_numpy(out, rows, seq_lens)
+                return self._device_state(out.device).decode(out, slots, seq_lens)
+            return self._decode_numpy(out, slots, seq_lens)
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a device-path step since the last check had bad input.
@@ -421,89 +413,66 @@ class PositionTable:
         from .device import DeviceTable
 
         if self._device is None:
-            self._device = DeviceTable(self, self._device_name if device is None else device)
+            self._device = DeviceTable(self._state, self._device_name if device is None else device)
         self._device.check_device(device)
         return self._device
 
-    def _row(self, row: Any) -> int:
-        """``row`` as an int in ``[0, max_requests)``."""
-        if type(row) is not int:
-            if not isinstance(row, (int, np.integer)) or isinstance(row, bool):
-                raise MRopeError(f"row must be an int, got {row!r}")
-            row = int(row)
-        if not 0 <= row < self.max_requests:
-            raise MRopeError(f"row {row} is out of range [0, {self.max_requests})")
-        return row
+    def _slot(self, slot: Any) -> int:
+        """``slot`` as an int in ``[0, max_requests)``."""
+        if type(slot) is not int:
+            if not _is_int(slot):
+                raise MRopeError(f"slot must be an int, got {slot!r}")
+            slot = int(slot)
+        if not 0 <= slot < self.max_requests:
+            raise MRopeError(f"slot {slot} is out of range [0, {self.max_requests})")
+        return slot
 
-    def _live_row(self, row: Any) -> int:
-        row = self._row(row)
-        if not self._pool.slots[row]:
-            raise MRopeError(f"row {row} holds no request (never added, or removed)")
-        return row
+    def _live_slot(self, slot: Any) -> int:
+        slot = self._slot(slot)
+        if not self._state.is_live(slot):
+            raise MRopeError(f"slot {slot} holds no request (never added, or removed)")
+        return slot
 
     def _insert(
-        self, row: Any, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
+        self, slot: Any, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
     ) -> None:
-        """Register the request in ``row`` (checked here: an int in range, free) from its segments
+        """Register the request in ``slot`` (checked here: an int in range, free) from its segments
         (:mod:`._segments`), after the checks of its length and largest position."""
-        if type(row) is not int or not 0 <= row < self.max_requests:
-            row = self._row(row)
+        if type(slot) is not int or not 0 <= slot < self.max_requests:
+            slot = self._slot(slot)
         with self._lock:
-            self._insert_locked(row, ints, floats, length, delta, largest)
-
-    def _insert_locked(
-        self, row: int, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
-    ) -> None:
-        pool = self._pool
-        if pool.slots[row]:
-            raise MRopeError(f"row {row} already holds a request: remove() it before adding another")
-        if length >= self.max_index:
-            raise MRopeError(
-                f"prompt of row {row} has {length} tokens, at most {self.max_index - 1} are supported"
-                + (" in a float32 table" if self._delta is not None else "")
-            )
-        if self.max_position is not None and largest >= self.max_position:
-            raise MRopeError(
-                f"row {row}: the prompt reaches position {largest}, beyond max_position "
-                f"{self.max_position} (check second_per_grid_ts and the grids)"
-            )
-        lo, moved = pool.put(row, ints, floats, length, delta)
-        if moved:
-            self._moved(sync=False)
-        info, column = self._info_items, row + 1
-        info[_PLEN, column] = length
-        info[_KEY, column] = lo << _SHIFT
-        if self._delta is None:
-            info[_DELTA, column] = delta
-        else:  # a float32 table's info delta stays 0
-            self._delta[column] = delta
-        if self._device is not None:
-            if moved:
-                self._device.sync_all()
-            else:
-                self._device.sync(lo, pool.top, column)
-
-    def _moved(self, sync: bool = True) -> None:
-        """After compaction: the live rows' keys moved with their slots (and the device copy, unless
-        the caller syncs it)."""
-        live, base = self._pool.live()
-        self._info[_KEY, live + 1] = base << _SHIFT
-        if sync and self._device is not None:
-            self._device.sync_all()
+            if self._state.is_live(slot):
+                raise MRopeError(f"slot {slot} already holds a request: remove() it before adding another")
+            if length >= self.max_index:
+                raise MRopeError(
+                    f"prompt of slot {slot} has {length} tokens, at most {self.max_index - 1} are supported"
+                    + (" in a float32 table" if self._floats else "")
+                )
+            if self.max_position is not None and largest >= self.max_position:
+                raise MRopeError(
+                    f"slot {slot}: the prompt reaches position {largest}, beyond max_position "
+                    f"{self.max_position} (check second_per_grid_ts and the grids)"
+                )
+            lo, moved = self._state.insert(slot, ints, floats, length, delta)
+            if self._device is not None:
+                if moved:
+                    self._device.sync_all()
+                else:
+                    self._device.sync(lo, self._pool.top, slot + 1)
 
     def _compiled(
-        self, out: np.ndarray, rows: Any, first: Any, count: Any, decode: bool, num_tokens: Any
+        self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
     ) -> int:
         """The compiled step (:mod:`._compiled`), or -1 where the inputs are not the kernel's kind (the
         numpy path converts or refuses them). Bad values make the numpy path raise its error."""
         if (
-            type(rows) is not np.ndarray
+            type(slots) is not np.ndarray
             or type(first) is not np.ndarray
             or type(count) is not np.ndarray
-            or (rows.dtype is not _INT64 and rows.dtype is not _INT32)
+            or (slots.dtype is not _INT64 and slots.dtype is not _INT32)
             or (first.dtype is not _INT64 and first.dtype is not _INT32)
             or (count.dtype is not _INT64 and count.dtype is not _INT32)
-            or rows.ndim != 1
+            or slots.ndim != 1
             or first.ndim != 1
             or count.ndim != 1
             or out.dtype is not _INT64
@@ -513,14 +482,14 @@ class PositionTable:
             or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
         ):
             return -1
-        n = rows.shape[0]
+        n = slots.shape[0]
         if first.shape[0] != n or count.shape[0] != n:
             return -1
         pool = self._pool
         max_position = self.max_position
         num = self._kernel(
             out,
-            rows,
+            slots,
             first,
             count,
             decode,
@@ -533,13 +502,13 @@ class PositionTable:
         )
         if num < 0:  # bad input, nothing written: the numpy path names the error
             if decode:
-                self._decode_numpy(out, rows, first)
+                self._decode_numpy(out, slots, first)
             else:
-                self._fill_numpy(out, rows, first, count, num_tokens)
+                self._fill_numpy(out, slots, first, count, num_tokens)
             raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
         return num
 
-    def _decode_numpy(self, out: Any, rows: Any, seq_lens: Any) -> int:
+    def _decode_numpy(self, out: Any, slots: Any, seq_lens: Any) -> int:
         lens = seq_lens
         if (
             type(lens) is not np.ndarray
@@ -548,59 +517,59 @@ class PositionTable:
         ):
             lens = as_index(seq_lens, "seq_lens")
         return self._fill_numpy(
-            out, rows, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, decode=True
+            out, slots, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, decode=True
         )
 
     def _fill_numpy(
-        self, out: Any, rows: Any, nc: Any, ns: Any, num_tokens: int | None, decode: bool = False
+        self, out: Any, slots: Any, nc: Any, ns: Any, num_tokens: int | None, decode: bool = False
     ) -> int:
         """:meth:`fill`'s numpy path (and its error messages, for the compiled path too)."""
         if not isinstance(out, np.ndarray):
             raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
         # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
         if (
-            type(rows) is not np.ndarray
-            or (rows.dtype is not _INT64 and rows.dtype is not _INT32)
-            or rows.ndim != 1
+            type(slots) is not np.ndarray
+            or (slots.dtype is not _INT64 and slots.dtype is not _INT32)
+            or slots.ndim != 1
         ):
-            rows = as_index(rows, "rows")
+            slots = as_index(slots, "slots")
         if type(nc) is not np.ndarray or (nc.dtype is not _INT64 and nc.dtype is not _INT32) or nc.ndim != 1:
             nc = as_index(nc, "num_computed")
         if type(ns) is not np.ndarray or (ns.dtype is not _INT64 and ns.dtype is not _INT32) or ns.ndim != 1:
             ns = as_index(ns, "num_scheduled")
-        n = rows.shape[0]
+        n = slots.shape[0]
         if nc.shape[0] != n or ns.shape[0] != n:
             raise MRopeError(
-                f"rows, num_computed and num_scheduled must have one length, got {n}, "
+                f"slots, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
-        if self._delta is not None:
-            return fill_float(self, out, rows, nc, ns, num_tokens, decode)
+        if self._floats:
+            return fill_float(self._state, out, slots, nc, ns, num_tokens, decode)
         if n == 0:
             return check_out(out, 0, num_tokens)
         if self._flags.shape[0] < n:
             self._grow_scratch(n)
         # per-request scratch: rows _LAST (end + delta), _END (num_computed + num_scheduled),
         # _NC and _NS (count ^ _SIGN: counts ordered as unsigned, a negative one above every bound, so
-        # that one max checks both ends and ``end`` cannot wrap), then the rows' info
+        # that one max checks both ends and ``end`` cannot wrap), then the slots' info
         # (_PLEN, _DELTA, _KEY), taken there: one max over rows _LAST ... _PLEN checks every bound
-        scratch = self._row_info[:, :n]
-        # row r's info is column r + 1; columns 0 and max_requests + 1 are free rows that catch
-        # out-of-range rows (mode="clip"), so one take validates rows too
-        index = np.add(rows, 1, out=self._row_scratch[:n])
+        scratch = self._slot_info[:, :n]
+        # slot s's info is column s + 1; columns 0 and max_requests + 1 are free that catch
+        # out-of-range slots (mode="clip"), so one take validates slots too
+        index = np.add(slots, 1, out=self._slot_scratch[:n])
         info = self._info.take(index, axis=1, mode="clip", out=scratch[_INFO:])
-        before = np.less(nc, info[_PLEN], out=self._flags[:n])  # inside the prompt, or a free row
+        before = np.less(nc, info[_PLEN], out=self._flags[:n])  # inside the prompt, or a free slot
         # decode (one token per request, past its prompt)? Compared as bytes: one memcmp each, several
         # times cheaper than a ufunc and a count
         ones = self._ones if ns.dtype is _INT64 else self._ones32
         if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
             # the last index below the bound (an int32 index always is)
             if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index:
-                validate(self.max_requests, rows, nc, ns, info, self.max_index)
+                validate(self.max_requests, slots, nc, ns, info, self.max_index)
             check_out(out, n, num_tokens)
             first = np.add(nc, info[_DELTA], out=index)
             if self.max_position is not None:
-                self._check_max(first)
+                check_max(first, self.max_position)
             np.copyto(out[:, :n], first)
             return n
         end = np.add(nc, ns, out=scratch[_END], dtype=np.int64)
@@ -617,19 +586,19 @@ class PositionTable:
             or highest[_NS] > self._unsigned_bound
             or highest[_END] > self.max_index
         ):
-            validate(self.max_requests, rows, nc, ns, info, self.max_index)  # raises
+            validate(self.max_requests, slots, nc, ns, info, self.max_index)  # raises
         if decode:  # here only with an index inside its prompt (not the fast path above)
-            self._refuse_prompt_decode(rows, nc, info[_PLEN])
+            refuse_prompt_decode(slots, nc, info[_PLEN])
         cum = np.add.accumulate(ns, out=scratch[_NC])  # each request's last column + 1 (int64)
         num = int(cum[-1])
         check_out(out, num, num_tokens)
         # the last index's position (inside the prompt, it is at most the prompt's largest, checked at
         # add); requests without scheduled tokens too: one rule on every path
         if self.max_position is not None and highest[_LAST] > self.max_position:
-            self._check_max(scratch[_LAST] - 1)
+            check_max(scratch[_LAST] - 1, self.max_position)
         if num == 0:
             return 0
-        # per request, index (or key) minus column: end - cum (+ delta, or + the row's key)
+        # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
         if before.tobytes() == self._zeros[:n]:  # every token past its prompt: index + delta
             if self.max_position is None:
                 np.add(end, info[_DELTA], out=scratch[_LAST])
@@ -657,23 +626,6 @@ class PositionTable:
         out[2, :num] += offset
         return num
 
-    @staticmethod
-    def _refuse_prompt_decode(rows: np.ndarray, index: np.ndarray, length: np.ndarray) -> None:
-        """:meth:`decode` serves indices past the prompt only (on every path)."""
-        i = int(np.argmax(index < length))
-        raise MRopeError(
-            f"decode: rows[{i}] = {rows[i]} is at index {index[i]}, inside its prompt of {length[i]} "
-            "tokens; decode() serves indices past the prompt, fill() any index"
-        )
-
-    def _check_max(self, last: np.ndarray) -> None:
-        """``last``: per request, the position of its last scheduled index if that is past the prompt."""
-        if last.max() >= self.max_position:
-            i = int(np.argmax(last))
-            raise MRopeError(
-                f"request {i} of the step reaches position {last[i]}, beyond max_position {self.max_position}"
-            )
-
     def _scratch_tokens(self, num: int) -> np.ndarray:
         if self._scratch.shape[1] < num:
             self._scratch = np.empty((5, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
@@ -683,8 +635,8 @@ class PositionTable:
         """Scratch for steps of ``n`` requests (grown, never shrunk)."""
         size = max(n, 2 * self._flags.shape[0])
         self._flags = np.empty(size, dtype=bool)
-        self._row_scratch = np.empty(size, dtype=np.int64)
-        self._row_info = np.empty((_INFO + 3, size), dtype=np.int64)
+        self._slot_scratch = np.empty(size, dtype=np.int64)
+        self._slot_info = np.empty((_INFO + 3, size), dtype=np.int64)
         self._ones = np.ones(size, dtype=np.int64).tobytes()
         self._ones32 = np.ones(size, dtype=np.int32).tobytes()
         self._zeros = bytes(size)

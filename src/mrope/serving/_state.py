@@ -1,0 +1,101 @@
+"""The state of a :class:`mrope.serving.PositionTable`: one object that every step reads.
+
+:class:`SlotState` holds, for the engine's request slots:
+
+- ``info`` (3, max_slots + 2) int64, rows ``PLEN`` (prompt length; ``DEAD`` for a free slot),
+  ``DELTA`` (int64 tables: the decode offset) and ``KEY`` (``first << 32``, the slot's pool base in
+  the high bits); slot ``s`` is column ``s + 1``, and the free columns at both ends catch slots out of
+  range (a clipped ``take`` reads ``DEAD`` there);
+- ``deltas`` (max_slots + 2) float64, float32 tables only: the decode offsets (float32 values);
+- ``pool`` (:class:`._pool.Pool`): every live request's segments, flat;
+- the bounds every path checks: ``max_index`` (sequence indices stay below it) and ``max_position``;
+- ``lock``: held by every public call of the table (the numpy step's scratch is shared too).
+
+The host steps (:mod:`.table`'s numpy step, :mod:`._float`'s float32 step, :mod:`._compiled`'s kernel
+given these arrays) and the device mirror (:mod:`.device`) read it; only :class:`SlotState`'s methods
+change it (admission, removal, growth).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ._pool import SHIFT, Pool
+
+MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
+# float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
+# transformers' float32 ``index + delta`` does
+FLOAT_MAX_INDEX = 1 << 24
+DEAD = np.iinfo(np.int64).max  # prompt length of a free slot: no index is ever "past" it
+#: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk
+#: cache is keyed on that module's source only: a change here must come with a change there.
+PLEN, DELTA, KEY = 0, 1, 2
+
+
+class SlotState:
+    """Per-slot info, float32 deltas and the segment pool of a table (see the module docstring)."""
+
+    def __init__(self, max_slots: int, *, floats: bool, capacity: int, max_position: int | None) -> None:
+        self.max_slots = max_slots
+        self.floats = floats
+        self.max_index = FLOAT_MAX_INDEX if floats else MAX_INDEX
+        self.max_position = max_position
+        self.info = np.zeros((3, max_slots + 2), dtype=np.int64)
+        self.info[PLEN] = DEAD
+        self._info_items = memoryview(self.info)  # one value at a time: cheaper than numpy's indexing
+        # float32 tables: the deltas (float32 values), per info column; info[DELTA] is then 0
+        self.deltas = np.zeros(max_slots + 2, dtype=np.float64) if floats else None
+        self.pool = Pool(capacity, max_slots, floats)
+        self.lock = threading.Lock()
+
+    def is_live(self, slot: int) -> bool:
+        """``slot`` (an int in range) holds a request."""
+        return self.pool.count[slot] > 0
+
+    def prompt_length(self, slot: int) -> int:
+        return int(self.info[PLEN, slot + 1])
+
+    def delta(self, slot: int) -> int | float:
+        column = slot + 1
+        return int(self.info[DELTA, column]) if self.deltas is None else float(self.deltas[column])
+
+    def nbytes(self, slot: int) -> int:
+        """Bytes of state ``slot`` holds: its segments and its info (and delta)."""
+        return self.pool.nbytes(slot) + 3 * 8 + (0 if self.deltas is None else 8)
+
+    def insert(
+        self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
+    ) -> tuple[int, bool]:
+        """Store a free ``slot``'s segments (checked by the caller) and its info. Returns its first
+        pool entry and whether the pool was compacted (every entry may have moved)."""
+        lo, moved = self.pool.put(slot, ints, floats, length, delta)
+        if moved:
+            self.rekey()
+        info, column = self._info_items, slot + 1
+        info[PLEN, column] = length
+        info[KEY, column] = lo << SHIFT
+        if self.deltas is None:
+            info[DELTA, column] = delta
+        else:  # a float32 table's info delta stays 0
+            self.deltas[column] = delta
+        return lo, moved
+
+    def release(self, slot: int) -> tuple[int, int]:
+        """Free a live ``slot``; returns its former pool entries' range."""
+        lo, hi = self.pool.free(slot)
+        self.info[:, slot + 1] = (DEAD, 0, 0)
+        if self.deltas is not None:
+            self.deltas[slot + 1] = 0
+        return lo, hi
+
+    def grow(self, capacity: int) -> None:
+        """Compact the pool into at least ``capacity`` entries (:meth:`Pool.compact`)."""
+        self.pool.compact(0, capacity)
+        self.rekey()
+
+    def rekey(self) -> None:
+        """After compaction: the live slots' keys moved with their entries."""
+        live, first = self.pool.live()
+        self.info[KEY, live + 1] = first << SHIFT
