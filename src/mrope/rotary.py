@@ -614,33 +614,37 @@ def _rotate_inplace(
     pieces = [(rot, cos, sin)]
     if chunk < num_tokens:
         pieces = list(zip(rot.split(chunk), cos.split(chunk), sin.split(chunk), strict=True))
-    compute, half_shape = cos.dtype, (chunk, num_heads, rotary_dim // 2)
-    if x.dtype == compute:  # in place, keeping a copy of x1
-        whole = (torch.empty(half_shape, dtype=compute), torch.empty(half_shape, dtype=compute))
+    compute = cos.dtype
+    products = torch.empty((2, chunk, num_heads, rotary_dim // 2), dtype=compute).unbind()
+    if x.dtype == compute:
         for part, c, s in pieces:
-            saved, prod = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
-            x1, x2 = _halves(part, is_neox_style)
-            saved.copy_(x1)
-            x1.mul_(c).sub_(torch.mul(x2, s, out=prod))
-            x2.mul_(c).add_(torch.mul(saved, s, out=prod))
+            scratch = products if part.shape[0] == chunk else [p[: part.shape[0]] for p in products]
+            _rotate_pairs(*_halves(part, is_neox_style), c, s, *scratch)
         return
-    # a lower precision: rotate a float32 copy of the chunk, round it back once
-    src, dst = (torch.empty((chunk, num_heads, rotary_dim), dtype=compute) for _ in range(2))
-    whole = (
-        src,
-        dst,
-        torch.empty(half_shape, dtype=compute),
-        *_halves(src, is_neox_style),
-        *_halves(dst, is_neox_style),
-    )
+    # a lower precision: rotate a float32 copy of each chunk, round it back once
+    work = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
+    whole = (work, *_halves(work, is_neox_style), *products)
     for part, c, s in pieces:
-        src, dst, prod, x1, x2, y1, y2 = (
-            whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
-        )
-        src.copy_(part)
-        torch.mul(x1, c, out=y1).sub_(torch.mul(x2, s, out=prod))
-        torch.mul(x2, c, out=y2).add_(torch.mul(x1, s, out=prod))
-        part.copy_(dst)
+        copy, x1, x2, p1, p2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
+        copy.copy_(part)
+        _rotate_pairs(x1, x2, c, s, p1, p2)
+        part.copy_(copy)
+
+
+def _rotate_pairs(
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    p1: torch.Tensor,
+    p2: torch.Tensor,
+) -> None:
+    """``x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin`` in place, each product rounded (the
+    arithmetic of :func:`_rotated`); ``p1``, ``p2`` are scratch of ``x1``'s shape."""
+    torch.mul(x2, sin, out=p1)
+    torch.mul(x1, sin, out=p2)
+    x1.mul_(cos).sub_(p1)
+    x2.mul_(cos).add_(p2)
 
 
 def apply_mrope_inplace(
