@@ -35,8 +35,6 @@ from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
 from ..core.place import MAX_POSITION, check_compat, check_video_time
 from .inputs import ArrayLike, RequestInputs
 
-_ONE_ROW = np.array([0], dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
-_ONE_ROW.flags.writeable = False
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
 _NO_GRIDS.flags.writeable = False
@@ -169,7 +167,6 @@ class Family:
     def request_inputs(
         self,
         input_ids: ArrayLike,
-        *,
         image_grid_thw: ArrayLike | None = None,
         video_grid_thw: ArrayLike | None = None,
         second_per_grid_ts: ArrayLike | None = None,
@@ -177,6 +174,7 @@ class Family:
         video_offsets: ArrayLike | None = None,
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
+        *,
         row_starts: np.ndarray | None = None,
         row_lengths: np.ndarray | None = None,
     ) -> RequestInputs:
@@ -192,16 +190,12 @@ class Family:
             ids = to_int_array(input_ids, name="input_ids", ndim=1)
         else:  # only the items' own tokens are read: a list is not converted
             ids = input_ids
-        if row_starts is None or row_lengths is None:
-            row_starts, row_lengths = _ONE_ROW, np.array([len(ids)], dtype=np.int64)
         images, videos, seconds = self.check_vision_inputs(
             image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
         )
         audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
         return RequestInputs(
             ids,
-            row_starts,
-            row_lengths,
             images,
             videos,
             seconds,
@@ -209,6 +203,8 @@ class Family:
             check_offsets(video_offsets, len(videos), "video"),
             audio_tokens,
             audio_in_video,
+            row_starts,
+            row_lengths,
         )
 
     def no_offsets_message(self) -> str:
@@ -225,7 +221,7 @@ class Family:
     # -- shared pipeline ----------------------------------------------------------------------------
     def place_stream(self, inputs: RequestInputs) -> Placed:
         """The stream's blocks, placed under the family's convention."""
-        return place(self.parse(inputs), inputs.row_starts, inputs.row_lengths, self.compat)
+        return place(self.parse(inputs), *inputs.rows(), self.compat)
 
     def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:
         """Positions (3, L) of a stream (int64, float32 for Qwen3-Omni) and each row's delta."""
@@ -233,7 +229,7 @@ class Family:
         if isinstance(blocks, Blocks) and inputs.is_one_row and blocks.start.size <= FEW_BLOCKS:
             positions, delta = render_one_row(block_rows(blocks), inputs.length, self.compat)
             return positions, np.array([delta], dtype=np.int64)
-        placed = place(blocks, inputs.row_starts, inputs.row_lengths, self.compat)
+        placed = place(blocks, *inputs.rows(), self.compat)
         if inputs.length == 0:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
         return render_all(build_segments(placed, inputs.length)), placed.delta
@@ -259,15 +255,15 @@ class Family:
 
         The arguments are those of :meth:`positions`. Omni tables carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`)."""
-        inputs = self.request_inputs(
+        inputs = self.request_inputs(  # positionally: this is the per-request admission path
             input_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-            image_offsets=image_offsets,
-            video_offsets=video_offsets,
-            audio_seqlens=audio_seqlens,
-            use_audio_in_video=use_audio_in_video,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            image_offsets,
+            video_offsets,
+            audio_seqlens,
+            use_audio_in_video,
         )
         return self.prompt(inputs, segments=True)
 
@@ -320,15 +316,15 @@ class Family:
             lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
             wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
         """
-        inputs = self.request_inputs(
+        inputs = self.request_inputs(  # positionally: this is the per-request admission path
             input_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-            image_offsets=image_offsets,
-            video_offsets=video_offsets,
-            audio_seqlens=audio_seqlens,
-            use_audio_in_video=use_audio_in_video,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            image_offsets,
+            video_offsets,
+            audio_seqlens,
+            use_audio_in_video,
         )
         return self.prompt(inputs, segments=False)
 
@@ -342,7 +338,7 @@ class Family:
         if isinstance(blocks, list):
             one_row = segments_one_row if segments else render_one_row
             return one_row(blocks, length, self.compat)
-        placed = place(blocks, inputs.row_starts, inputs.row_lengths, self.compat)
+        placed = place(blocks, *inputs.rows(), self.compat)
         table = build_segments(placed, length)
         return (table if segments else render_all(table)), placed.delta[0].item()
 

@@ -291,10 +291,11 @@ class OmniFamily(Family):
         videos = inputs.videos
         seconds = np.ones(len(videos)) if inputs.seconds is None else inputs.seconds
         audio_tokens = np.zeros(0, dtype=np.int64) if inputs.audio_tokens is None else inputs.audio_tokens
+        row_starts, row_lengths = inputs.rows()
         items = self.find_items(
             inputs.array,
-            inputs.row_starts,
-            inputs.row_lengths,
+            row_starts,
+            row_lengths,
             inputs.images,
             videos,
             audio_tokens,

@@ -26,9 +26,7 @@ class Glm4V(Family):
         return self.model_type != "glm4v"
 
     def parse(self, inputs: RequestInputs) -> Blocks:
-        parts = self.image_and_frame_blocks(
-            inputs.array, inputs.row_starts, inputs.row_lengths, inputs.images, inputs.videos
-        )
+        parts = self.image_and_frame_blocks(inputs.array, *inputs.rows(), inputs.images, inputs.videos)
         return Blocks.concat(list(parts))
 
     def image_and_frame_blocks(

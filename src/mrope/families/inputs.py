@@ -8,8 +8,7 @@ arrays from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -24,18 +23,21 @@ else:
     ArrayLike: TypeAlias = Any  # numpy arrays, torch tensors (imported only where torch is) and lists
 
 
-@dataclass(frozen=True, slots=True)
-class RequestInputs:
+_ONE_ROW = np.zeros(1, dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
+_ONE_ROW.flags.writeable = False
+
+
+class RequestInputs(NamedTuple):
     """One token stream's checked inputs: one prompt, or the real tokens of a padded batch laid end to end.
 
-    ``ids`` is the stream as a 1-D int64 array, or the prompt as the caller's list when both offsets
-    are given (only the items' own tokens are then read). Rows are ``[row_starts[r], row_starts[r] +
-    row_lengths[r])``; ids outside every row are not placeholders (the batch API blanks padding to -1).
+    Immutable (a named tuple: built on every call, it costs less than a frozen dataclass). ``ids`` is
+    the stream as a 1-D int64 array, or the prompt as the caller's list when both offsets are given
+    (only the items' own tokens are then read). Rows are ``[row_starts[r], row_starts[r] +
+    row_lengths[r])`` (:meth:`rows`; None: one prompt, one row over all of ``ids``); ids outside every
+    row are not placeholders (the batch API blanks padding to -1).
     """
 
     ids: np.ndarray | list[int]
-    row_starts: np.ndarray  # (num_rows,) int64
-    row_lengths: np.ndarray  # (num_rows,) int64
     images: np.ndarray  # (num_images, 3) int64 (T, H, W) before merging, checked
     videos: np.ndarray  # (num_videos, 3) int64, checked
     seconds: np.ndarray | None  # (num_videos,) float64 seconds per grid step, or None (not given)
@@ -43,6 +45,14 @@ class RequestInputs:
     video_offsets: list[int] | None = None
     audio_tokens: np.ndarray | None = None  # (num_audios,) int64 placeholder tokens per audio (Omni)
     use_audio_in_video: bool = False  # Omni: every video carries its audio, interleaved
+    row_starts: np.ndarray | None = None  # (num_rows,) int64; None: one row
+    row_lengths: np.ndarray | None = None  # (num_rows,) int64
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(row_starts, row_lengths)`` of the stream (int64 arrays)."""
+        if self.row_starts is None or self.row_lengths is None:
+            return _ONE_ROW, np.array([len(self.ids)], dtype=np.int64)
+        return self.row_starts, self.row_lengths
 
     @property
     def array(self) -> np.ndarray:
@@ -59,4 +69,6 @@ class RequestInputs:
     @property
     def is_one_row(self) -> bool:
         """Whether the stream is one row covering it all (one prompt)."""
+        if self.row_starts is None or self.row_lengths is None:
+            return True
         return self.row_starts.size == 1 and int(self.row_lengths[0]) == len(self.ids)

@@ -27,7 +27,7 @@ class Qwen2VL(Family):
     spatial_merge_size: int
 
     def parse(self, inputs: RequestInputs) -> Blocks:
-        ids, rows, lengths = inputs.array, inputs.row_starts, inputs.row_lengths
+        ids, (rows, lengths) = inputs.array, inputs.rows()
         images = self.token_blocks(ids, self.image_token_id, inputs.images, rows, lengths, what="image")
         videos = self.video_blocks(ids, inputs.videos, inputs.seconds, rows, lengths)
         return Blocks.concat([images, videos])
