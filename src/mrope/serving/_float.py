@@ -1,19 +1,21 @@
 """The numpy step of a float32 :class:`mrope.serving.PositionTable` (Qwen3-Omni's fractional positions).
 
 The same search as the int64 step (:mod:`.table`), with ``t0``, ``hw0`` and the deltas read from the
-state's float64 arrays (:class:`._state.SlotState`; float32 values). Each position is the exact
-float64 sum ``t0 + offset`` (or ``hw0 + q``, ``hw0 + r + offset``) rounded once to float32, as
-:mod:`mrope.core.render` renders ``family.positions()``; past the prompt ``float64(index) + delta``
-rounded once, which for indices below 2**24 equals transformers' float32 ``index + delta`` (a float32
-sum computed in float64 and rounded to float32 is the correctly rounded float32 sum).
+state's float64 arrays (:class:`._state.SlotState`; float32 values). Each position is the render
+formula of :mod:`mrope.core.segments` in float64 (``t0 + offset``, ``hw0 + q``, ``hw0 + r + offset``,
+exact) rounded once to float32, as :mod:`mrope.core.render` renders ``family.positions()``; past
+the prompt ``float64(index) + delta`` rounded once, which for indices below 2**24 equals transformers'
+float32 ``index + delta`` (a float32 sum computed in float64 and rounded to float32 is the correctly
+rounded float32 sum).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..core.segments import render_formula
 from ._checks import FLOAT32, check_max, check_out, refuse_prompt_decode, validate
-from ._pool import FIS_TEXT, FWIDTH, OKEY
+from ._pool import FIS_TEXT, FLOAT_HW0, FLOAT_T0, FWIDTH, OKEY
 from ._state import KEY, PLEN, SlotState
 
 
@@ -54,12 +56,10 @@ def fill_float(
     seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
     seg -= 1
     fields = pool.fields.take(seg, axis=1)
-    t0, hw0 = pool.floats.take(seg, axis=1)
+    floats = pool.floats.take(seg, axis=1)
     offset = key - fields[OKEY]
-    q, r = np.divmod(offset, fields[FWIDTH])
-    offset *= fields[FIS_TEXT]
-    np.add(t0, offset, out=dest[0], casting="same_kind")
-    np.add(hw0, q, out=dest[1], casting="same_kind")
-    hw0 += r
-    np.add(hw0, offset, out=dest[2], casting="same_kind")
+    quotient, remainder = np.empty((2, num), dtype=np.float64)  # float64 sums, rounded once below
+    np.divmod(offset, fields[FWIDTH], out=(quotient, remainder))
+    t0, hw0 = floats[FLOAT_T0], floats[FLOAT_HW0]
+    dest[:] = render_formula(offset, quotient, remainder, t0, hw0, fields[FIS_TEXT])
     return num

@@ -1,9 +1,9 @@
 """The segment pool of :class:`mrope.serving.PositionTable`: every live request's segments, flat.
 
 The request in engine slot ``s`` owns the pool entries ``first[s] ... first[s] + count[s] - 1``; the
-last one is its decode tail. ``data`` (6, capacity) int64 holds an entry per column, in the rows of
-:mod:`._segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's ``base`` (its first
-entry) in the high 32 bits of the two index rows:
+last one is its decode tail. ``data`` (6, capacity) int64 holds an entry per column, in the segment
+rows of :mod:`mrope.core.segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's
+``base`` (its first entry) in the high 32 bits of the two index rows:
 
 - ``keys`` (row ``START``): ``base << 32 | start``, the search key (free entries hold
   ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
@@ -11,10 +11,10 @@ entry) in the high 32 bits of the two index rows:
   made or compacted, are also a text segment from origin 0, all a decode tail needs but its start and
   base);
 - ``fields`` (rows ``T0 ... ORIGIN``, indexed by ``FT0, FHW0, FWIDTH, FIS_TEXT, OKEY``): ``t0``,
-  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.render`) and ``base << 32 | origin`` (a token's
+  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.segments`) and ``base << 32 | origin`` (a token's
   offset is its key minus this);
-- ``floats`` (2, capacity) float64, float32 tables only: ``t0`` and ``hw0`` (float32 values; the
-  int64 rows are then 0).
+- ``floats`` (2, capacity) float64, float32 tables only: rows ``FLOAT_T0`` and ``FLOAT_HW0``, the
+  segments' ``t0`` and ``hw0`` (float32 values; the int64 rows are then 0).
 
 ``keys`` and ``fields`` are views of ``data``. Indices (``start``, ``origin``, the prompt length) lie
 in ``[0, 2**32)``: :meth:`Pool.put` copies a request's segments as they are and writes ``base`` into
@@ -28,13 +28,14 @@ import sys
 import numpy as np
 
 from .._errors import MRopeError
-from ._segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 SHIFT = 32  # key = base << 32 | index
 KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``data``
 #: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk cache
 #: is keyed on that module's source only: a change here must come with a change there.
 FT0, FHW0, FWIDTH, FIS_TEXT, OKEY = (r - T0 for r in (T0, HW0, WIDTH, IS_TEXT, ORIGIN))
+FLOAT_T0, FLOAT_HW0 = 0, 1  # rows of ``floats``
 _HIGH = 1 if sys.byteorder == "little" else 0  # the int32 half of an int64 holding bits 32 ... 63
 _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold base << 32 | index
 
@@ -92,7 +93,7 @@ class Pool:
             tail[T0, last] = tail[HW0, last] = delta
         else:
             self.floats[:, lo:last] = floats
-            self._float_items[0, last] = self._float_items[1, last] = delta
+            self._float_items[FLOAT_T0, last] = self._float_items[FLOAT_HW0, last] = delta
         self._base_bits[:, lo:hi] = lo  # after the tail's start
         self.top = hi
         self.first[slot] = lo

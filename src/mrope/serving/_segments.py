@@ -1,7 +1,7 @@
 """Segments for the position table: from a family's segment table, or recovered from explicit positions.
 
-Both return ``(ints, floats)``: ``ints`` a (6, S) int64 array of rows ``start, t0, hw0, width,
-is_text, origin`` (:mod:`mrope.core.render`; ``origin = start`` where the table has no origin row),
+Both return ``(ints, floats)``: ``ints`` a (6, S) int64 array of the segment rows of
+:mod:`mrope.core.segments` (``START ... ORIGIN``; ``origin = start`` where the table has no origin row),
 sorted by start, without empty segments, covering ``0 .. L-1`` (possibly the segment table's own
 array: read it only); ``floats`` None for an int64 table, or for a float32 table a (2, S) float64
 array of ``t0, hw0`` (float32 values; ``ints`` then holds 0 there).
@@ -16,10 +16,8 @@ import numpy as np
 from .._backends import to_numpy
 from .._errors import MRopeError
 from ..core.place import MAX_POSITION
-from ..core.render import SegmentTable, render_all
-
-#: The fields of a segment as the table stores them (see the module docstring)
-START, T0, HW0, WIDTH, IS_TEXT, ORIGIN = range(6)
+from ..core.render import render_all
+from ..core.segments import HW0, IS_TEXT, NUM_BASE_FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable
 
 
 def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -80,12 +78,12 @@ def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[n
     )
     first = ~joins
     seg_start = run_start[first]
-    data = np.empty((5, seg_start.size), dtype=np.float64 if floats else np.int64)
-    data[0] = seg_start
-    data[1] = rt[first]
-    data[2] = rh[first]
-    data[3] = np.where(run_text[first], 1, run_len[first])
-    data[4] = run_text[first]
+    data = np.empty((NUM_BASE_FIELDS, seg_start.size), dtype=np.float64 if floats else np.int64)
+    data[START] = seg_start
+    data[T0] = rt[first]
+    data[HW0] = rh[first]
+    data[WIDTH] = np.where(run_text[first], 1, run_len[first])
+    data[IS_TEXT] = run_text[first]
     table = SegmentTable(data, length)
     if not np.array_equal(render_all(table), positions):
         raise MRopeError(

@@ -1,4 +1,5 @@
-"""The device path of :class:`mrope.PositionTable`: the same render in torch ops on device tensors.
+"""The device path of :class:`mrope.PositionTable`: the render formula of :mod:`mrope.core.segments` in
+torch ops on device tensors.
 
 The table's state (:class:`._state.SlotState`: the pool and per-slot info) is mirrored on the device
 (copied there at admission, the only host-to-device traffic). A step is fixed-shape torch ops with N
@@ -19,7 +20,8 @@ import numpy as np
 import torch
 
 from .._errors import MRopeError
-from ._pool import FHW0, FIELDS, FIS_TEXT, FT0, FWIDTH, KEYS, OKEY
+from ..core.segments import render_formula
+from ._pool import FHW0, FIELDS, FIS_TEXT, FLOAT_HW0, FLOAT_T0, FT0, FWIDTH, KEYS, OKEY
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
 
 _DTYPE = torch.int64  # indices, keys, integer fields
@@ -171,16 +173,17 @@ class DeviceTable:
         fields = self.fields.index_select(1, seg)
         offset = key - fields[OKEY]
         width = fields[FWIDTH]
-        quot = torch.div(offset, width, rounding_mode="floor")
-        rem = offset - quot * width
-        offset *= fields[FIS_TEXT]
+        quotient = torch.div(offset, width, rounding_mode="floor")
+        remainder = offset - quotient * width
         if self.floats is None:
             t0, hw0 = fields[FT0], fields[FHW0]
-        else:  # float64 (float32 values)
-            t0, hw0 = self.floats.index_select(1, seg)
-        pos = torch.stack((t0 + offset, hw0 + quot, hw0 + rem + offset))
+        else:  # float64 (float32 values): float64 sums, rounded once to float32 below
+            floats = self.floats.index_select(1, seg)
+            t0, hw0 = floats[FLOAT_T0], floats[FLOAT_HW0]
+            quotient, remainder = quotient.to(torch.float64), remainder.to(torch.float64)
+        pos = torch.stack(render_formula(offset, quotient, remainder, t0, hw0, fields[FIS_TEXT]))
         if self.floats is not None:
-            pos = pos.to(torch.float32)  # one rounding of the float64 sums
+            pos = pos.to(torch.float32)
         valid = ok.index_select(0, req)
         valid &= real
         torch.where(valid, pos, self.zero, out=out[:, :num])

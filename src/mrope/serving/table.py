@@ -6,8 +6,8 @@ the table's state (:class:`._state.SlotState`) keeps, per slot, the request's pl
 owns the pool entries from its ``base``, the last one a text segment at the prompt length that never
 ends (``index + delta``, the decode tail). A segment's key is ``base << 32 | start``; free entries
 hold ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
-segment of every scheduled token of every request. Positions then follow the formula of
-:mod:`mrope.core.render` (offsets counted from each segment's ``origin``). Steps where every token
+segment of every scheduled token of every request. Positions then follow the render formula of
+:mod:`mrope.core.segments` (offsets counted from each segment's ``origin``). Steps where every token
 lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``. float32
 tables (Qwen3-Omni) take :mod:`._float`'s step; torch tensors the device mirror of :mod:`.device`.
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from .._backends import is_torch_tensor
 from .._errors import MRopeError
+from ..core.segments import render_formula
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
@@ -615,15 +616,12 @@ class PositionTable:
         seg = pool.keys[1 : pool.top].searchsorted(key, side="right")
         fields = self._scratch_tokens(num)
         pool.fields.take(seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
-        origin, t0, hw0 = fields[_OKEY], fields[_FT0], fields[_FHW0]
-        width, is_text = fields[_FWIDTH], fields[_FIS_TEXT]
-        offset = np.subtract(key, origin, out=key)
-        np.divmod(offset, width, out=(origin, width))
-        offset *= is_text
-        np.add(t0, offset, out=out[0, :num])
-        np.add(hw0, origin, out=out[1, :num])
-        np.add(hw0, width, out=out[2, :num])
-        out[2, :num] += offset
+        offset = np.subtract(key, fields[_OKEY], out=key)
+        # the formula renders in place in out's rows: t0, and divmod's quotient and remainder there
+        t, h, w = out[0, :num], out[1, :num], out[2, :num]
+        np.copyto(t, fields[_FT0])
+        np.divmod(offset, fields[_FWIDTH], out=(h, w))
+        render_formula(offset, h, w, t, fields[_FHW0], fields[_FIS_TEXT])
         return num
 
     def _scratch_tokens(self, num: int) -> np.ndarray:
