@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 import mrope
 import peers
-from _peers import PEER_SETUPS, require
+from _peers import FAMILY_SETUPS, PEER_SETUPS, require
 from strategies import Batch, Image, Prompt, Video, batches, build_prompt, pad_batch, prompts, text
 
 ALL = pytest.mark.parametrize("peer", list(PEER_SETUPS), indirect=True)
+EVERY_FAMILY = pytest.mark.parametrize("peer", list(FAMILY_SETUPS), indirect=True)
 QWEN2 = pytest.mark.parametrize("peer", ["qwen2_vl", "qwen2_5_vl"], indirect=True)
 
 
@@ -225,3 +226,48 @@ def test_config_objects_are_read_once_and_forgotten_when_freed():
     del config
     gc.collect()
     assert key not in batch_module._FAMILIES, "a freed config's family must be dropped"
+
+
+# -- the pipeline's own API: request inputs, place, build, render ---------------------------------------
+@EVERY_FAMILY
+@given(data=st.data())
+def test_request_inputs_drive_every_step(peer, data):
+    """Family.request_inputs checks a prompt once; each step reads that one object: the stream's
+    positions, and its placed blocks (every family, the Omni ones included) built into a segment table
+    and rendered, all equal family.positions (checked against the peers elsewhere)."""
+    from mrope.core import build_segments, render_all
+
+    family = peer.family("vllm")
+    aiv = peer.setup.omni and data.draw(st.booleans(), label="use_audio_in_video")
+    prompt = data.draw(prompts(family, use_audio_in_video=aiv), label="prompt")
+    expected, delta = family.positions(prompt.input_ids, **prompt.kwargs())
+    inputs = family.request_inputs(prompt.input_ids, **prompt.kwargs())
+    assert isinstance(inputs, mrope.RequestInputs)
+    with pytest.raises(AttributeError):
+        inputs.ids = []  # immutable
+    positions, deltas = family.stream_positions(inputs)
+    np.testing.assert_array_equal(positions, expected, strict=True)
+    placed = family.place_stream(inputs)
+    np.testing.assert_array_equal(render_all(build_segments(placed, inputs.length)), expected, strict=True)
+    assert deltas.tolist() == placed.delta.tolist() == [delta]
+
+
+@EVERY_FAMILY
+def test_family_settings_are_typed_fields(peer):
+    """Settings are dataclass fields of the family, with the config's values; with_compat keeps them;
+    from_config names a missing or unknown setting."""
+    import dataclasses
+
+    family = peer.family("vllm")
+    assert isinstance(family, mrope.Family)
+    assert set(family.settings) <= {f.name for f in dataclasses.fields(family)}
+    assert family.settings["spatial_merge_size"] == family.spatial_merge_size
+    other = family.with_compat("transformers")
+    assert other.compat == "transformers" and other.settings == family.settings
+    first = type(family).required_settings()[0]
+    with pytest.raises(mrope.MRopeError, match=f"^{family.model_type} needs the setting '{first}'"):
+        mrope.from_config({"model_type": family.model_type})
+    with pytest.raises(
+        mrope.MRopeError, match=f"^{family.model_type} takes no setting \\['not_a_setting'\\]"
+    ):
+        mrope.from_config(family.config, not_a_setting=1)

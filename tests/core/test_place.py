@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from _reference import stream_positions, temporal_index
 from mrope import MRopeError
 from mrope.core.blocks import Blocks, empty_blocks
-from mrope.core.place import COMPATS, check_compat, check_video_time, place, time_interval
+from mrope.core.place import COMPATS, ItemBlocks, check_compat, check_video_time, place, time_interval
 from mrope.core.place import temporal_index as mrope_temporal_index
+from mrope.core.render import build_segments, render_all
+from mrope.core.segments import SegmentBuilder
 from strategies import INTERVALS, Stream, streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
@@ -119,3 +121,48 @@ def test_video_times_differ_where_the_product_is_near_an_integer():
 def test_unknown_video_time_is_refused():
     with pytest.raises(MRopeError, match=r"video_time must be one of \('float32', 'float64'\), got 'double'"):
         check_video_time("double")
+
+
+def _items_of(stream: Stream, *, floats: bool, cuts: np.ndarray | None = None) -> ItemBlocks:
+    """The stream's grid blocks as items that lay themselves out (as the Omni families do): one segment
+    per frame at the base the scan gives, text resuming after the block's largest position."""
+    b = stream.blocks
+    row = stream.row_starts.searchsorted(b.start, side="right") - 1
+    num = np.float32 if floats else int
+
+    def layout(i: int, base, out: SegmentBuilder):
+        frames, height, width = int(b.frames[i]), int(b.height[i]), int(b.width[i])
+        t = mrope_temporal_index(np.arange(frames), b.interval[i])
+        out.add(b.start[i] + np.arange(frames) * height * width, base + t, base, width, 0)
+        peak = num(base + max(int(t[-1]), height - 1, width - 1))
+        return peak, peak
+
+    return ItemBlocks(b.start, b.start + b.num_tokens, row, layout, floats=floats, cuts=cuts)
+
+
+@given(stream=streams(), floats=st.booleans(), data=st.data())
+def test_item_blocks_place_as_the_reference(stream, floats, data):
+    """The scan of items laid out by their family (the Omni path) against the per-token reference, in
+    int64 and in float32 (integer values: every sum is exact), text cut at random indices (where a
+    float32 text run restarts from its rounded base: exact values are unchanged)."""
+    b = stream.blocks
+    inside = np.zeros(stream.length + 1, dtype=bool)
+    for s, n in zip(b.start.tolist(), b.num_tokens.tolist(), strict=True):
+        inside[s : s + n] = True
+    text = np.flatnonzero(~inside[:-1]).tolist()
+    cuts = np.array(
+        sorted(data.draw(st.sets(st.sampled_from(text)) if text else st.just(set()))), dtype=np.int64
+    )
+    placed = place(_items_of(stream, floats=floats, cuts=cuts), stream.row_starts, stream.row_lengths, "vllm")
+    expected, deltas, bases, next_bases = stream_positions(stream.rows(), "vllm")
+    context = stream.describe()
+    np.testing.assert_array_equal(placed.base, np.array(bases, dtype=placed.base.dtype), err_msg=context)
+    np.testing.assert_array_equal(
+        placed.next_base, np.array(next_bases, dtype=placed.base.dtype), err_msg=context
+    )
+    np.testing.assert_array_equal(placed.delta, np.asarray(deltas, dtype=placed.delta.dtype), err_msg=context)
+    positions = render_all(build_segments(placed, stream.length))
+    assert positions.dtype == (np.float32 if floats else np.int64)
+    np.testing.assert_array_equal(
+        positions[:, stream.row_mask()], expected.astype(positions.dtype), err_msg=context
+    )
