@@ -1,0 +1,460 @@
+"""A picture of a prompt's positions: the t, h and w ids over token index, as one PNG.
+
+:func:`show` draws three aligned strips (t, h, w) sharing the token axis, above a band that names every
+run of the prompt: vision blocks (``image 1``, ``video 1 frame 3``), text runs and, for the Omni
+families, audio. Each vision block is outlined in the three strips, and the title gives the delta (the
+offset of every token after the prompt). ``compare=True`` draws both conventions (``"vllm"`` and
+``"transformers"``) over each other, shades the tokens where they differ and adds a strip of their
+difference.
+
+matplotlib is imported only when :func:`show` runs (``pip install 'mrope[show]'``); the blocks are read
+from the public :meth:`mrope.Family.segments` table, so the picture shows what the library computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._errors import MRopeError
+from .families import ArrayLike, Family
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["show"]
+
+COMPATS = ("vllm", "transformers")
+ROWS = ("t", "h", "w")
+#: fill colors of the runs in the band: text, image, video, audio
+KIND_COLORS = {"text": "#d9d9d9", "image": "#4c8bd6", "video": "#f0a030", "audio": "#55a868"}
+LINE_COLORS = {"vllm": "#1f4e9a", "transformers": "#d1495b"}
+DIFF_COLOR = "#ff6b6b"
+MAX_OUTLINES = 4000  # more vision blocks than this: outline whole items only
+FONT_SIZE = 8.0
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The prompt cut into runs, sorted by start (arrays of shape (num_runs,)): ``end`` is exclusive;
+    ``kind`` a key of :data:`KIND_COLORS`; ``item`` the 1-based image, video or audio number (0: text);
+    ``frame`` the 1-based frame of its item (0: not a frame)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    item: np.ndarray
+    frame: np.ndarray
+    frames_of_item: np.ndarray  # how many frames the run's item has (0: not a vision item)
+
+
+def show(
+    family: Family,
+    input_ids: ArrayLike,
+    *,
+    image_grid_thw: ArrayLike | None = None,
+    video_grid_thw: ArrayLike | None = None,
+    second_per_grid_ts: ArrayLike | None = None,
+    audio_seqlens: ArrayLike | None = None,
+    use_audio_in_video: bool | None = None,
+    path: str | Path,
+    compat: str | None = None,
+    compare: bool = False,
+    title: str | None = None,
+) -> Path:
+    """Draw one prompt's positions into a PNG file and return its path.
+
+    Parameters
+    ----------
+    family : Family
+        The model family (:func:`mrope.from_config`).
+    input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_seqlens, use_audio_in_video
+        The prompt, as :meth:`mrope.Family.positions` takes it.
+    path : str or pathlib.Path
+        Where to write the picture; it must end in ``.png`` and its folder must exist.
+    compat : str, optional
+        ``"vllm"`` or ``"transformers"``: the convention drawn (default: the family's own).
+    compare : bool
+        Draw both conventions over each other and highlight the tokens where they differ
+        (``compat`` is then ignored).
+    title : str, optional
+        A first title line (default: the model type and the prompt's size).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    MRopeError
+        matplotlib is not installed, ``family`` is not a family, ``path`` is not a ``.png`` in an
+        existing folder, ``compat`` is unknown, or the prompt is refused by :meth:`mrope.Family.positions`.
+    """
+    if not isinstance(family, Family):
+        raise MRopeError(f"family must be a mrope Family (mrope.from_config), got {type(family).__name__}")
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise MRopeError(f"path must end in .png, got {str(path)!r}")
+    if not out.parent.is_dir():
+        raise MRopeError(f"the folder of path {str(path)!r} does not exist")
+    if compat is not None and compat not in COMPATS:
+        raise MRopeError(f"compat must be one of {COMPATS}, got {compat!r}")
+    figure_class = _figure_class()
+    inputs = {
+        "image_grid_thw": image_grid_thw,
+        "video_grid_thw": video_grid_thw,
+        "second_per_grid_ts": second_per_grid_ts,
+    }
+    if audio_seqlens is not None or use_audio_in_video is not None:
+        inputs.update(audio_seqlens=audio_seqlens, use_audio_in_video=use_audio_in_video)
+    compats = COMPATS if compare else (compat or family.compat,)
+    drawn = {c: family.with_compat(c).positions(input_ids, **inputs) for c in compats}
+    table, _ = family.segments(input_ids, **inputs)
+    ids = np.asarray(input_ids).reshape(-1).astype(np.int64)
+    runs = prompt_runs(family, ids, table, image_grid_thw, video_grid_thw, inputs.get("audio_seqlens"))
+    figure = _draw(figure_class, family, ids.size, runs, drawn, title)
+    figure.savefig(out, format="png", dpi=110)
+    return out
+
+
+def _figure_class() -> Any:
+    """matplotlib's ``Figure`` (no pyplot: no global state, no display needed)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise MRopeError(
+            "mrope.show draws with matplotlib, which is not installed: pip install 'mrope[show]'"
+        ) from error
+    return Figure
+
+
+# -- the prompt's runs -------------------------------------------------------------------------------
+
+
+def prompt_runs(
+    family: Family,
+    ids: np.ndarray,
+    table: Any,
+    image_grid_thw: ArrayLike | None,
+    video_grid_thw: ArrayLike | None,
+    audio_seqlens: ArrayLike | None,
+) -> Runs:
+    """The runs of a prompt: each vision block of ``table`` (a frame, or a piece of one) named by its
+    item and frame, and the text and audio runs between them."""
+    length = ids.size
+    starts = np.asarray(table.start, dtype=np.int64)
+    ends = np.append(starts[1:], length)
+    keep = ends > starts
+    vision = keep & (np.asarray(table.is_text) == 0)
+    v_start, v_end = starts[vision], ends[vision]
+    origin = np.asarray(table.origin, dtype=np.int64)[vision]
+    # a frame split into pieces (Omni: audio interleaved inside it) starts with the piece at offset 0
+    # (start == origin); each later piece continues it
+    frame_start = v_start == origin
+    frame_of_piece = np.cumsum(frame_start) - 1
+    is_video_frame = _is_video(family, ids, v_start[frame_start])
+    item, frame, frames_of_item = np.zeros((3, is_video_frame.size), dtype=np.int64)
+    counts = {
+        "image": _grid(image_grid_thw)[:, 0],
+        "video": _grid(video_grid_thw)[:, 0] // int(family.settings.get("temporal_merge_size", 1)),
+    }
+    for kind, selected in (("image", ~is_video_frame), ("video", is_video_frame)):
+        per_item = counts[kind]
+        found = int(selected.sum())
+        if found != int(per_item.sum()):
+            raise MRopeError(
+                f"the prompt has {found} {kind} blocks where its grids give {int(per_item.sum())}"
+            )
+        first_frame = np.cumsum(per_item) - per_item  # of each item, among this kind's frames
+        index = np.arange(found)
+        owner = np.searchsorted(first_frame, index, side="right") - 1
+        item[selected] = owner + 1
+        frame[selected] = index - first_frame[owner] + 1
+        frames_of_item[selected] = per_item[owner]
+
+    # every token outside a vision block: text, or audio where it is an audio placeholder
+    covered = np.zeros(length + 1, dtype=np.int64)
+    np.add.at(covered, v_start, 1)
+    np.add.at(covered, v_end, -1)
+    other = np.cumsum(covered[:-1]) == 0
+    audio_id = family.settings.get("audio_token_id")
+    if audio_id is None:
+        audio = np.zeros(length, dtype=bool)
+    else:  # audio placeholders, and (Qwen3-Omni) video placeholders given audio positions
+        audio = other & np.isin(
+            ids, [audio_id, family.settings["image_token_id"], family.settings["video_token_id"]]
+        )
+    audio_start_id = family.settings.get("audio_start_token_id")
+    audio_number = np.cumsum(ids == audio_start_id) if audio_start_id is not None else np.zeros(length, int)
+    label = np.where(other, np.where(audio, 1, 0), -1)  # 0 text, 1 audio, -1 vision
+    change = np.flatnonzero(np.diff(label) != 0) + 1
+    r_start = np.concatenate(([0], change)) if length else np.zeros(0, dtype=np.int64)
+    r_end = np.append(r_start[1:], length)
+    r_label = label[r_start]
+    plain = r_label >= 0
+    r_start, r_end, r_label = r_start[plain], r_end[plain], r_label[plain]
+
+    start = np.concatenate([v_start, r_start])
+    order = np.argsort(start, kind="stable")
+    kind_names = np.array(["image", "video", "text", "audio"])
+    kinds = np.concatenate([np.where(is_video_frame[frame_of_piece], 1, 0), 2 + r_label])
+    items = np.concatenate([item[frame_of_piece], np.where(r_label == 1, audio_number[r_start], 0)])
+    return Runs(
+        start=start[order],
+        end=np.concatenate([v_end, r_end])[order],
+        kind=kind_names[kinds[order]],
+        item=items[order],
+        frame=np.concatenate([frame[frame_of_piece], np.zeros(r_start.size, dtype=np.int64)])[order],
+        frames_of_item=np.concatenate(
+            [frames_of_item[frame_of_piece], np.zeros(r_start.size, dtype=np.int64)]
+        )[order],
+    )
+
+
+def _grid(grid_thw: ArrayLike | None) -> np.ndarray:
+    if grid_thw is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    return np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3)
+
+
+def _is_video(family: Family, ids: np.ndarray, frame_starts: np.ndarray) -> np.ndarray:
+    """Whether each frame (by its first token) belongs to a video.
+
+    GLM: an image placeholder inside the video markers. Otherwise the kind of the last image or video
+    placeholder at or before the frame's first token (Qwen3-Omni gives a video's audio and video tokens
+    positions merged by time, so a video frame may start on an audio placeholder)."""
+    settings = family.settings
+    if "video_token_id" not in settings:
+        depth = np.cumsum(
+            (ids == settings["video_start_token_id"]).astype(np.int64)
+            - (ids == settings["video_end_token_id"]).astype(np.int64)
+        )
+        return depth[frame_starts] > 0
+    video = ids == settings["video_token_id"]
+    placeholder = video | (ids == settings["image_token_id"])
+    last = np.maximum.accumulate(np.where(placeholder, np.arange(ids.size), 0))
+    return video[last[frame_starts]]
+
+
+def run_labels(runs: Runs) -> list[tuple[str, ...]]:
+    """Each run's labels, longest first (the drawing keeps the longest that fits)."""
+    labels = []
+    for kind, item, frame, frames, size in zip(
+        runs.kind, runs.item, runs.frame, runs.frames_of_item, runs.end - runs.start, strict=True
+    ):
+        if kind == "text":
+            labels.append((f"text ({size})", "text"))
+        elif kind == "audio":
+            labels.append((f"audio {item}", f"a{item}", "a"))
+        elif frames > 1:
+            labels.append((f"{kind} {item} frame {frame}", f"frame {frame}", f"f{frame}"))
+        else:
+            labels.append((f"{kind} {item}", f"{kind[0]}{item}"))
+    return labels
+
+
+# -- the drawing -------------------------------------------------------------------------------------
+
+
+def _draw(
+    figure_class: Any,
+    family: Family,
+    length: int,
+    runs: Runs,
+    drawn: dict[str, tuple[np.ndarray, int | float]],
+    title: str | None,
+) -> Any:
+    compare = len(drawn) > 1
+    heights = [1.1, 2.2, 2.2, 2.2] + ([1.4] if compare else [])
+    figure = figure_class(figsize=(14, sum(heights) + 1.2), layout="constrained")
+    axes = figure.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    band, strips = axes[0], axes[1:4]
+    tail = max(2, round(0.04 * max(length, 1)))  # decode tokens drawn after the prompt
+    x_max = length + tail
+    positions = {c: np.asarray(p, dtype=np.float64) for c, (p, _) in drawn.items()}
+    first = positions[next(iter(drawn))]
+    differs = np.zeros(length, dtype=bool)
+    if compare:
+        differs = np.any(positions["vllm"] != positions["transformers"], axis=0)
+
+    _draw_band(band, runs, length, x_max, figure)
+    index = np.arange(length)
+    for r, (axis, row) in enumerate(zip(strips, ROWS, strict=True)):
+        _shade(axis, differs, DIFF_COLOR, 0.18)
+        _outline(axis, runs, first[r])
+        for compat_name, (_pos, delta) in drawn.items():
+            style = "--" if compare and compat_name == "transformers" else "-"
+            axis.plot(
+                index,
+                positions[compat_name][r],
+                style,
+                color=LINE_COLORS[compat_name],
+                linewidth=0.9 if length > 300 else 1.3,
+                marker="." if length <= 120 else None,
+                markersize=3,
+                label=f"compat={compat_name!r}",
+            )
+            decode = np.arange(length, x_max)
+            axis.plot(decode, decode + delta, ":", color=LINE_COLORS[compat_name], linewidth=1.2)
+        axis.axvline(length - 0.5, color="#555555", linewidth=0.8, linestyle=":")
+        axis.set_ylabel(f"{row} id", rotation=0, ha="right", va="center", fontsize=10)
+        axis.grid(axis="y", color="#eeeeee", linewidth=0.6)
+        axis.margins(y=0.08)
+    strips[0].text(
+        length - 0.5,
+        1.0,
+        " decode: index i has position i + delta",
+        transform=strips[0].get_xaxis_transform(),
+        fontsize=FONT_SIZE,
+        va="bottom",
+        ha="right",
+        color="#444444",
+    )
+    if compare:
+        strips[0].legend(loc="upper left", fontsize=FONT_SIZE, framealpha=0.9)
+        _draw_difference(axes[4], positions, differs)
+    axes[-1].set_xlabel("token index")
+    axes[-1].set_xlim(-0.5, x_max - 0.5)
+    figure.suptitle(_title(family, length, drawn, differs, title), fontsize=11)
+    return figure
+
+
+def _title(
+    family: Family,
+    length: int,
+    drawn: dict[str, tuple[np.ndarray, int | float]],
+    differs: np.ndarray,
+    title: str | None,
+) -> str:
+    head = title or f"{family.model_type}: {length} tokens"
+    if len(drawn) == 1:
+        ((compat, (_, delta)),) = drawn.items()
+        return f"{head}    compat={compat!r}    delta = {_number(delta)}"
+    deltas = ", ".join(f"{c} {_number(d)}" for c, (_, d) in drawn.items())
+    count = int(differs.sum())
+    where = (
+        f"positions differ at {count} tokens (shaded)" if count else "the conventions agree on every token"
+    )
+    return f"{head}    delta: {deltas}    {where}"
+
+
+def _number(value: int | float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _draw_band(axis: Axes, runs: Runs, length: int, x_max: int, figure: Any) -> None:
+    """The run band: one colored box per run, labelled where the label fits; item names above."""
+    from matplotlib.collections import PolyCollection
+
+    colors = [KIND_COLORS[k] for k in runs.kind]
+    axis.add_collection(
+        PolyCollection(
+            _boxes(runs.start - 0.5, runs.end - 0.5, np.zeros(runs.start.size), np.ones(runs.start.size)),
+            facecolors=colors,
+            edgecolors="white",
+            linewidths=0.6,
+        )
+    )
+    axis.set_ylim(0, 2)
+    axis.set_yticks([])
+    axis.set_ylabel("runs", rotation=0, ha="right", va="center", fontsize=10)
+    for side in ("top", "right", "left"):
+        axis.spines[side].set_visible(False)
+    points_per_token = _axis_width_points(axis, figure) / max(x_max, 1)
+    for start, end, labels in zip(runs.start, runs.end, run_labels(runs), strict=True):
+        _label(axis, start, end, 0.5, labels, points_per_token, "black")
+    # the item names above multi-frame items and audio runs: one label per item
+    vision = runs.frames_of_item > 1
+    for kind in ("image", "video"):
+        mask = vision & (runs.kind == kind)
+        for item in np.unique(runs.item[mask]):
+            own = mask & (runs.item == item)
+            start, end = runs.start[own].min(), runs.end[own].max()
+            frames = runs.frames_of_item[own][0]
+            axis.plot([start - 0.5, end - 0.5], [1.2, 1.2], color=KIND_COLORS[kind], linewidth=2)
+            labels = (f"{kind} {item} ({frames} frames)", f"{kind} {item}", f"{kind[0]}{item}")
+            _label(axis, start, end, 1.55, labels, points_per_token, "black")
+
+
+def _label(
+    axis: Axes, start: int, end: int, y: float, labels: tuple[str, ...], points_per_token: float, color: str
+) -> None:
+    """The longest of ``labels`` that fits over tokens ``start .. end - 1``, centered; none if none fits."""
+    room = (end - start) * points_per_token
+    for text in labels:
+        if len(text) * FONT_SIZE * 0.62 + 4 <= room:
+            axis.text(
+                (start + end - 1) / 2, y, text, ha="center", va="center", fontsize=FONT_SIZE, color=color
+            )
+            return
+
+
+def _axis_width_points(axis: Axes, figure: Any) -> float:
+    """The axes' width in points (before layout: the figure width less the usual margins)."""
+    return figure.get_figwidth() * 72 * 0.86
+
+
+def _boxes(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> np.ndarray:
+    """Rectangles as (n, 4, 2) vertices, for one PolyCollection."""
+    return np.stack(
+        [np.stack([x0, y0], -1), np.stack([x1, y0], -1), np.stack([x1, y1], -1), np.stack([x0, y1], -1)], 1
+    )
+
+
+def _outline(axis: Axes, runs: Runs, row: np.ndarray) -> None:
+    """Outline every vision block (or whole item, when there are very many) over its positions on ``row``."""
+    from matplotlib.collections import PolyCollection
+
+    vision = (runs.kind == "image") | (runs.kind == "video")
+    start, end, kind = runs.start[vision], runs.end[vision], runs.kind[vision]
+    if start.size == 0:
+        return
+    if start.size > MAX_OUTLINES:  # one box per item
+        key = np.where(kind == "video", 1, 0) * (runs.item.max() + 1) + runs.item[vision]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        item_end = np.zeros(first.size, dtype=np.int64)
+        np.maximum.at(item_end, inverse, end)
+        start, end, kind = start[first], item_end, kind[first]
+        order = np.argsort(start)
+        start, end, kind = start[order], end[order], kind[order]
+    # min and max of the row over each box: reduceat over (start, end) pairs, every other result
+    padded = np.append(row, row[-1])
+    bounds = np.stack([start, end], 1).ravel()
+    low = np.minimum.reduceat(padded, bounds)[::2]
+    high = np.maximum.reduceat(padded, bounds)[::2]
+    pad = max(0.4, 0.01 * float(np.ptp(row)) if row.size else 0.4)
+    axis.add_collection(
+        PolyCollection(
+            _boxes(start - 0.5, end - 0.5, low - pad, high + pad),
+            facecolors="none",
+            edgecolors=[KIND_COLORS[k] for k in kind],
+            linewidths=1.1,
+        )
+    )
+
+
+def _shade(axis: Axes, mask: np.ndarray, color: str, alpha: float) -> None:
+    """Shade the runs of tokens where ``mask`` holds, full height."""
+    if not mask.any():
+        return
+    edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    for start, end in zip(starts, ends, strict=True):
+        axis.axvspan(start - 0.5, end - 0.5, color=color, alpha=alpha, linewidth=0)
+
+
+def _draw_difference(axis: Axes, positions: dict[str, np.ndarray], differs: np.ndarray) -> None:
+    """transformers minus vllm on each row."""
+    _shade(axis, differs, DIFF_COLOR, 0.18)
+    difference = positions["transformers"] - positions["vllm"]
+    index = np.arange(difference.shape[1])
+    for r, (row, style) in enumerate(zip(ROWS, ("-", "--", ":"), strict=True)):
+        axis.plot(index, difference[r], style, color="#333333", linewidth=1.0, label=row)
+    axis.axhline(0, color="#999999", linewidth=0.6)
+    axis.set_ylabel("transformers\n− vllm", rotation=0, ha="right", va="center", fontsize=9)
+    axis.legend(loc="lower left", fontsize=FONT_SIZE, ncols=3, framealpha=0.9)
+    axis.margins(y=0.2)
