@@ -571,39 +571,50 @@ def _heads(x: torch.Tensor, head_size: int) -> torch.Tensor:
     return x.view(x.shape[0], x.shape[1] // head_size, head_size) if x.ndim == 2 else x
 
 
+def _paired(first: torch.Tensor, second: torch.Tensor, is_neox_style: bool) -> torch.Tensor:
+    """The channels whose :func:`_halves` are ``first`` and ``second`` (a new tensor)."""
+    if is_neox_style:
+        return torch.cat((first, second), dim=-1)
+    return torch.stack((first, second), dim=-1).flatten(-2)
+
+
+def _cos_sin_factors(
+    cos_sin: torch.Tensor, dtype: torch.dtype, is_neox_style: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The factors of the rotation ``x * C + swap(x) * S`` from ``(num_tokens, rotary_dim)``
+    ``[cos | sin]``: ``C`` with halves ``(cos, cos)`` and ``S`` with halves ``(-sin, sin)``, each
+    ``(num_tokens, 1, rotary_dim)`` in the compute dtype of ``dtype`` (float32, float64 for float64)."""
+    cos, sin = cos_sin.to(torch.promote_types(dtype, torch.float32)).chunk(2, dim=-1)
+    return _paired(cos, cos, is_neox_style)[:, None], _paired(-sin, sin, is_neox_style)[:, None]
+
+
 def _rotated(
-    rot: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox_style: bool
+    rot: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor], is_neox_style: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated channel sets of ``rot`` (``(num_tokens, num_heads, rotary_dim)``), new tensors in the
-    dtype of ``cos`` and ``sin`` (``(num_tokens, 1, rotary_dim // 2)``): ``x1 * cos - x2 * sin`` and
-    ``x2 * cos + x1 * sin``, each product rounded."""
+    compute dtype: ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``, each product rounded (the float32
+    arithmetic of transformers in float32)."""
+    cos, sin = _halves(factors[0], is_neox_style)[0], _halves(factors[1], is_neox_style)[1]
     x1, x2 = (h.to(cos.dtype) for h in _halves(rot, is_neox_style))
     return x1 * cos - x2 * sin, x2 * cos + x1 * sin
 
 
-def _cos_sin_views(cos_sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` of ``(num_tokens, rotary_dim)`` ``[cos | sin]`` as ``(num_tokens, 1, rotary_dim // 2)``
-    in the compute dtype of ``dtype`` (float32, or float64 for float64 inputs)."""
-    compute = torch.promote_types(dtype, torch.float32)
-    return cos_sin.to(compute)[:, None].chunk(2, dim=-1)
-
-
 def _rotate_inplace(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox_style: bool
+    x: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor], head_size: int, is_neox_style: bool
 ) -> None:
-    """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``cos``, ``sin`` as
-    :func:`_cos_sin_views` gives them).
+    """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``factors`` from
+    :func:`_cos_sin_factors`); the result rounds once to ``x``'s dtype.
 
-    The arithmetic is that of :func:`_rotated` (float32 as transformers computes it in float32), and
-    the result rounds once to ``x``'s dtype. On the CPU the tokens go in chunks through work buffers
-    that stay in the core's cache, with the same operations in the same order (the same bits); on other
-    devices and under torch.compile (which fuses the ops) the values are computed whole and copied in.
+    On the CPU the tokens go in chunks through work buffers that stay in the core's cache: the products
+    ``x2 * -sin`` and ``x1 * sin`` into a scratch ``P``, then ``x * C + P`` in place, the bits of
+    :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly) with whole-width passes. On other devices
+    and under torch.compile (which fuses the ops) :func:`_rotated` computes the values whole.
     """
     heads = _heads(x, head_size)
-    rotary_dim = 2 * cos.shape[-1]
+    rotary_dim = factors[0].shape[-1]
     rot = heads if rotary_dim == head_size else heads[..., :rotary_dim]
     if heads.device.type != "cpu" or torch.compiler.is_compiling():
-        (x1, x2), (o1, o2) = _halves(rot, is_neox_style), _rotated(rot, cos, sin, is_neox_style)
+        (x1, x2), (o1, o2) = _halves(rot, is_neox_style), _rotated(rot, factors, is_neox_style)
         x1.copy_(o1)
         x2.copy_(o2)
         return
@@ -611,40 +622,43 @@ def _rotate_inplace(
     if num_tokens == 0:
         return
     chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
-    pieces = [(rot, cos, sin)]
+    pieces = [(rot, *factors)]
     if chunk < num_tokens:
-        pieces = list(zip(rot.split(chunk), cos.split(chunk), sin.split(chunk), strict=True))
-    compute = cos.dtype
-    products = torch.empty((2, chunk, num_heads, rotary_dim // 2), dtype=compute).unbind()
+        pieces = list(zip(rot.split(chunk), factors[0].split(chunk), factors[1].split(chunk), strict=True))
+    compute = factors[0].dtype
+    scratch = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
+    whole = (scratch, *_halves(scratch, is_neox_style))
     if x.dtype == compute:
         for part, c, s in pieces:
-            scratch = products if part.shape[0] == chunk else [p[: part.shape[0]] for p in products]
-            _rotate_pairs(*_halves(part, is_neox_style), c, s, *scratch)
+            p, p1, p2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
+            _rotate_chunk(part, *_halves(part, is_neox_style), c, *_halves(s, is_neox_style), p, p1, p2)
         return
     # a lower precision: rotate a float32 copy of each chunk, round it back once
     work = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
-    whole = (work, *_halves(work, is_neox_style), *products)
+    whole += (work, *_halves(work, is_neox_style))
     for part, c, s in pieces:
-        copy, x1, x2, p1, p2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
-        copy.copy_(part)
-        _rotate_pairs(x1, x2, c, s, p1, p2)
-        part.copy_(copy)
+        p, p1, p2, w, x1, x2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
+        w.copy_(part)
+        _rotate_chunk(w, x1, x2, c, *_halves(s, is_neox_style), p, p1, p2)
+        part.copy_(w)
 
 
-def _rotate_pairs(
+def _rotate_chunk(
+    x: torch.Tensor,
     x1: torch.Tensor,
     x2: torch.Tensor,
-    cos: torch.Tensor,
+    cos2: torch.Tensor,
+    minus_sin: torch.Tensor,
     sin: torch.Tensor,
+    p: torch.Tensor,
     p1: torch.Tensor,
     p2: torch.Tensor,
 ) -> None:
-    """``x1, x2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin`` in place, each product rounded (the
-    arithmetic of :func:`_rotated`); ``p1``, ``p2`` are scratch of ``x1``'s shape."""
-    torch.mul(x2, sin, out=p1)
+    """``x = x * cos2 + p`` in place with ``p``'s halves ``p1 = x2 * -sin`` and ``p2 = x1 * sin`` (``x1``,
+    ``x2`` the halves of ``x``, ``cos2`` the cos factor of both halves)."""
+    torch.mul(x2, minus_sin, out=p1)
     torch.mul(x1, sin, out=p2)
-    x1.mul_(cos).sub_(p1)
-    x2.mul_(cos).add_(p2)
+    x.mul_(cos2).add_(p)
 
 
 def apply_mrope_inplace(
@@ -670,10 +684,11 @@ def apply_mrope_inplace(
             query, key, positions, rope.cos_sin_cache, rope.freq_rows, rope.head_size, rope.is_neox_style
         )
         return
-    cos, sin = _cos_sin_views(rope._cos_sin_rows(rope._checked_or_clamped(positions)), query.dtype)
+    cos_sin = rope._cos_sin_rows(rope._checked_or_clamped(positions))
+    factors = _cos_sin_factors(cos_sin, query.dtype, rope.is_neox_style)
     with torch.no_grad():
-        _rotate_inplace(query, cos, sin, rope.head_size, rope.is_neox_style)
-        _rotate_inplace(key, cos, sin, rope.head_size, rope.is_neox_style)
+        _rotate_inplace(query, factors, rope.head_size, rope.is_neox_style)
+        _rotate_inplace(key, factors, rope.head_size, rope.is_neox_style)
 
 
 def apply_mrope(
@@ -700,12 +715,14 @@ def apply_mrope(
     positions = _check_positions(positions, query)
     _check_qk(rope, query, key, positions.shape[-1])
     outs = []
-    cos, sin = _cos_sin_views(rope._cos_sin_rows(rope._checked_or_clamped(positions)), query.dtype)
+    cos_sin = rope._cos_sin_rows(rope._checked_or_clamped(positions))
+    factors = _cos_sin_factors(cos_sin, query.dtype, rope.is_neox_style)
     for x in (query, key):
         num_heads = x.shape[1] // rope.head_size if x.ndim == 2 else x.shape[1]
         heads = x.reshape(x.shape[0], num_heads, rope.head_size)
-        o1, o2 = _rotated(heads[..., : rope.rotary_dim], cos, sin, rope.is_neox_style)
-        rot = torch.cat((o1, o2), -1) if rope.is_neox_style else torch.stack((o1, o2), -1).flatten(-2)
+        rot = _paired(
+            *_rotated(heads[..., : rope.rotary_dim], factors, rope.is_neox_style), rope.is_neox_style
+        )
         out = torch.cat((rot.to(x.dtype), heads[..., rope.rotary_dim :]), dim=-1)
         outs.append(out.reshape(x.shape))
     return outs[0], outs[1]
