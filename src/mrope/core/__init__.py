@@ -1,10 +1,13 @@
 """The vectorized core shared by every family and API: parse (per family), place, render.
 
-A token stream (one prompt, or the real tokens of a padded batch laid end to end) is described by
-its vision *blocks* (:class:`Blocks`, found by a family's parser). :func:`place` gives every block
-its base position under a convention; :func:`build_segments` turns the placed blocks into a small
-table of segments (text runs and single video frames), and :func:`render` computes positions for
-any token indices from that table.
+A token stream (one prompt, or the real tokens of a padded batch laid end to end) is described by its
+blocks, found by a family's parser: vision grid blocks (:class:`Blocks`), or items that the family lays
+out itself (:class:`ItemBlocks`, the Omni thinkers). :func:`place` gives every block its base position
+and says where text resumes after it (the conventions live there only); :func:`build_segments` turns
+the placed blocks into a small table of segments (:mod:`.segments`: the fields and the render formula,
+each written once) with the one :class:`SegmentBuilder`, and :func:`render_all` / :func:`render`
+compute positions for any token indices from that table. :mod:`.one_row` is the fast path of one prompt
+with a few blocks.
 """
 
 from .blocks import Blocks, locate_items

@@ -1,7 +1,13 @@
-"""What every family shares: settings from a config, input checks, and the parse-place-render pipeline.
+"""What every family shares: typed settings, input checks, and the parse-place-render pipeline.
 
-A family module subclasses :class:`Family` and states only what differs: which config fields it
-reads and how a prompt parses into vision blocks (:meth:`Family.parse`).
+A family module subclasses :class:`Family` as a dataclass and states only what differs: its settings
+(typed fields, read from a config by :meth:`Family.read_settings`) and how a stream parses into blocks
+(:meth:`Family.parse`). The public calls (:meth:`Family.positions`, :meth:`Family.segments`,
+:func:`mrope.get_rope_index`) check their inputs once into a :class:`~mrope.families.RequestInputs`
+(:meth:`Family.request_inputs`); the pipeline then reads that one object: parse, then
+:func:`mrope.core.place` (the conventions), :func:`mrope.core.build_segments` and
+:func:`mrope.core.render_all` (the render formula of :mod:`mrope.core.segments`), or the one-prompt fast
+path of :mod:`mrope.core.one_row`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ from ..core import (
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
 from ..core.place import MAX_POSITION, check_compat, check_video_time
 from .inputs import ArrayLike, RequestInputs
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..rotary import MRotaryEmbedding
 
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
@@ -119,7 +130,7 @@ class Family:
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
         """The family's settings: its dataclass fields beyond :data:`BASE_FIELDS`, in order."""
-        return tuple(f.name for f in fields(cls) if f.name not in BASE_FIELDS)
+        return tuple(f.name for f in fields(cls) if f.init and f.name not in BASE_FIELDS)
 
     @classmethod
     def required_settings(cls) -> tuple[str, ...]:
@@ -127,7 +138,7 @@ class Family:
         return tuple(
             f.name
             for f in fields(cls)
-            if f.name not in BASE_FIELDS and f.default is MISSING and f.default_factory is MISSING
+            if f.init and f.name not in BASE_FIELDS and f.default is MISSING and f.default_factory is MISSING
         )
 
     @property
@@ -328,7 +339,9 @@ class Family:
         )
         return self.prompt(inputs, segments=False)
 
-    def prompt(self, inputs: RequestInputs, *, segments: bool) -> tuple[Any, int | float]:
+    def prompt(
+        self, inputs: RequestInputs, *, segments: bool
+    ) -> tuple[SegmentTable | np.ndarray, int | float]:
         """The segment table (``segments``) or the positions of one prompt, and its delta as a Python
         number."""
         blocks = self.prompt_blocks(inputs)
@@ -367,12 +380,12 @@ class Family:
     def rotary_embedding(
         self,
         *,
-        dtype: Any = None,
+        dtype: torch.dtype | None = None,
         backend: str = "auto",
         check_positions: bool = True,
         max_position: int | None = None,
         positions_factor: int = 1,
-    ) -> Any:
+    ) -> MRotaryEmbedding:
         """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch).
 
         ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of

@@ -16,7 +16,7 @@ in both ``compat`` modes, is followed by text at ``max(block) + 1``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class Qwen2_5Omni(OmniFamily):
     model_types = ("qwen2_5_omni", "qwen2_5_omni_thinker")
 
     seconds_per_chunk: int | float
+    #: time units per interleaving chunk, ``int(position_id_per_seconds * seconds_per_chunk)``
+    tokens_per_chunk: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
