@@ -580,34 +580,38 @@ def _paired(first: torch.Tensor, second: torch.Tensor, is_neox_style: bool) -> t
 
 def _cos_sin_factors(
     cos_sin: torch.Tensor, dtype: torch.dtype, is_neox_style: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The factors of the rotation ``x * C + swap(x) * S`` from ``(num_tokens, rotary_dim)``
-    ``[cos | sin]``: ``C`` with halves ``(cos, cos)`` and ``S`` with halves ``(-sin, sin)``, each
-    ``(num_tokens, 1, rotary_dim)`` in the compute dtype of ``dtype`` (float32, float64 for float64)."""
-    cos, sin = cos_sin.to(torch.promote_types(dtype, torch.float32)).chunk(2, dim=-1)
-    return _paired(cos, cos, is_neox_style)[:, None], _paired(-sin, sin, is_neox_style)[:, None]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The factors of the rotation ``x * C + (x2 * -sin, x1 * sin)`` from ``(num_tokens, rotary_dim)``
+    ``[cos | sin]``: ``C`` (halves ``(cos, cos)``, ``(num_tokens, 1, rotary_dim)``), ``-sin`` and
+    ``sin`` (``(num_tokens, 1, rotary_dim // 2)``), in the compute dtype of ``dtype`` (float32, or
+    float64 for float64 inputs)."""
+    cos, sin = cos_sin.to(torch.promote_types(dtype, torch.float32))[:, None].chunk(2, dim=-1)
+    return _paired(cos, cos, is_neox_style), -sin, sin
 
 
 def _rotated(
-    rot: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor], is_neox_style: bool
+    rot: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor], is_neox_style: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated channel sets of ``rot`` (``(num_tokens, num_heads, rotary_dim)``), new tensors in the
     compute dtype: ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``, each product rounded (the float32
     arithmetic of transformers in float32)."""
-    cos, sin = _halves(factors[0], is_neox_style)[0], _halves(factors[1], is_neox_style)[1]
+    cos, sin = _halves(factors[0], is_neox_style)[0], factors[2]
     x1, x2 = (h.to(cos.dtype) for h in _halves(rot, is_neox_style))
     return x1 * cos - x2 * sin, x2 * cos + x1 * sin
 
 
 def _rotate_inplace(
-    x: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor], head_size: int, is_neox_style: bool
+    x: torch.Tensor,
+    factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    head_size: int,
+    is_neox_style: bool,
 ) -> None:
     """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``factors`` from
     :func:`_cos_sin_factors`); the result rounds once to ``x``'s dtype.
 
     On the CPU the tokens go in chunks through work buffers that stay in the core's cache: the products
-    ``x2 * -sin`` and ``x1 * sin`` into a scratch ``P``, then ``x * C + P`` in place, the bits of
-    :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly) with whole-width passes. On other devices
+    ``x2 * -sin`` and ``x1 * sin`` into the halves of a scratch ``P``, then ``x * C + P`` in place over
+    whole rows, the bits of :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly). On other devices
     and under torch.compile (which fuses the ops) :func:`_rotated` computes the values whole.
     """
     heads = _heads(x, head_size)
@@ -624,22 +628,22 @@ def _rotate_inplace(
     chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
     pieces = [(rot, *factors)]
     if chunk < num_tokens:
-        pieces = list(zip(rot.split(chunk), factors[0].split(chunk), factors[1].split(chunk), strict=True))
+        pieces = list(zip(rot.split(chunk), *(f.split(chunk) for f in factors), strict=True))
     compute = factors[0].dtype
     scratch = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
     whole = (scratch, *_halves(scratch, is_neox_style))
     if x.dtype == compute:
-        for part, c, s in pieces:
+        for part, *chunk_factors in pieces:
             p, p1, p2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
-            _rotate_chunk(part, *_halves(part, is_neox_style), c, *_halves(s, is_neox_style), p, p1, p2)
+            _rotate_chunk(part, *_halves(part, is_neox_style), *chunk_factors, p, p1, p2)
         return
     # a lower precision: rotate a float32 copy of each chunk, round it back once
     work = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
     whole += (work, *_halves(work, is_neox_style))
-    for part, c, s in pieces:
+    for part, *chunk_factors in pieces:
         p, p1, p2, w, x1, x2 = whole if part.shape[0] == chunk else (b[: part.shape[0]] for b in whole)
         w.copy_(part)
-        _rotate_chunk(w, x1, x2, c, *_halves(s, is_neox_style), p, p1, p2)
+        _rotate_chunk(w, x1, x2, *chunk_factors, p, p1, p2)
         part.copy_(w)
 
 
