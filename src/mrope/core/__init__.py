@@ -10,8 +10,8 @@ compute positions for any token indices from that table. :mod:`.one_row` is the 
 with a few blocks.
 """
 
-from .blocks import Blocks, locate_items
-from .one_row import FEW_BLOCKS, BlockRow, block_rows, blocks_from_rows, render_one_row, segments_one_row
+from .blocks import BlockRow, Blocks, locate_items
+from .one_row import FEW_BLOCKS, block_rows, blocks_from_rows, render_one_row, segments_one_row
 from .place import COMPATS, ItemBlocks, Placed, place
 from .render import build_segments, render, render_all
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,11 @@ class Blocks:
             interval=np.concatenate([p.interval for p in parts])[order],
             num_tokens=np.concatenate([p.num_tokens for p in parts])[order],
         )
+
+
+#: a vision block of the one-row path: (start index, T', H', W', interval), the grid after merging and
+#: the temporal index step a numpy float32 or float64 scalar (:func:`mrope.core.place.temporal_index`)
+BlockRow = tuple[int, int, int, int, Any]
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""The fast path for one prompt with a few vision blocks: place, then render or build segments, in one
-pass over the blocks on Python ints.
+"""The fast path for one prompt with a few vision blocks: placed by :func:`mrope.core.place.place_rows`,
+then rendered or turned into segments in one pass over the blocks on Python ints.
 
 numpy costs about a microsecond per call whatever the size, so for the usual prompt (a handful of
 images or videos) the per-call overhead of the vectorized pipeline (place, build_segments,
@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from .blocks import Blocks, empty_blocks
-from .place import MAX_POSITION, check_max_position, temporal_index
-from .render import workspace
+from .blocks import BlockRow, Blocks, empty_blocks
+from .place import place_rows
 from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, SegmentTable, render_offsets
+from .workspace import workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
-
-#: a vision block of the one-row path: (start index, T', H', W', interval), the grid after merging and
-#: the temporal index step a numpy float32 or float64 scalar (:func:`mrope.core.place.temporal_index`)
-BlockRow = tuple[int, int, int, int, Any]
 
 
 def block_rows(blocks: Blocks) -> list[BlockRow]:
@@ -74,43 +69,10 @@ def _plane(height: int, width: int) -> np.ndarray:
     return plane
 
 
-# per block: start, end, base, frames, height, width, time index of each frame (None for one frame)
-_Placed = tuple[int, int, int, int, int, int, "np.ndarray | None"]
-
-
-def _place(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list[_Placed], int, int]:
-    """Each block placed (see ``_Placed``), the shift of the text after the last block (text at index
-    ``j`` has position ``j + shift``), and the delta of the row.
-
-    The rule of :func:`mrope.core.place.place` on Python ints: a block's base is the position the next
-    text token would have had; text resumes at ``max(block) + 1`` ("vllm") or ``base + max(H', W')``."""
-    placed = []
-    shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
-    vllm = compat == "vllm"
-    for start, frames, height, width, interval in rows:
-        num_tokens = frames * height * width
-        base = start + shift
-        if frames == 1:
-            t = None
-            extent = height if height > width else width
-        else:
-            t = temporal_index(workspace.range(frames), interval)
-            extent = max(int(t[-1]) + 1, height, width)
-        if base + extent > reach:
-            reach = base + extent - 1
-        shift += (extent if vllm else max(height, width)) - num_tokens
-        placed.append((start, start + num_tokens, base, frames, height, width, t))
-    last = length - 1 + shift
-    delta = (last if last > reach else reach) + 1 - length
-    if length + delta > MAX_POSITION + 1:
-        check_max_position(np.array([length]), np.array([delta]))
-    return placed, shift, delta
-
-
 def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:
     """Positions (3, length) int64 and the delta of a stream that is one row of ``length`` tokens with
     the vision blocks ``rows`` (sorted, not overlapping, inside the row)."""
-    placed, shift, delta = _place(rows, length, compat)
+    placed, shift, delta = place_rows(rows, length, compat)
     out = np.empty((3, length), dtype=np.int64)
     # a text run at base b is the formula's b + o on all rows: copied from one cached arange (a copy
     # costs less than adding a scalar); no position reaches length + delta
@@ -135,7 +97,7 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
     """The segment table and the delta of a stream that is one row of ``length`` tokens with the vision
     blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
     ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores."""
-    placed, shift, delta = _place(rows, length, compat)
+    placed, shift, delta = place_rows(rows, length, compat)
     flat: list[int] = []  # the FIELDS of each segment, segment after segment
     pieces: list[np.ndarray] = []  # (6, n) runs of segments, in order (multi-frame blocks)
     cursor = 0

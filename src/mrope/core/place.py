@@ -7,7 +7,8 @@ the conventions differ and the only place that says where text resumes after a b
   transformers <= 5.2, the models' original code) and at ``base + max(H', W')`` under
   ``"transformers"`` (transformers >= 5.3). A handful of numpy calls over blocks (never tokens): a
   block's base is its index in the row plus the *shift* (``advance - num_tokens``) of the blocks
-  before it in the row.
+  before it in the row. :func:`place_rows` is the same rule on Python ints for one prompt with a few
+  blocks (the fast path of :mod:`mrope.core.one_row`).
 - items laid out by their family (:class:`ItemBlocks`, the Omni thinkers: audio runs, video and audio
   interleaved, fractional time): text resumes after the item's last piece, at ``last + 1``
   (transformers' thinker code; no other convention exists for them). A scan over items (never tokens
@@ -18,15 +19,16 @@ the conventions differ and the only place that says where text resumes after a b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._errors import MRopeError
-from .blocks import Blocks, empty_blocks
+from .blocks import BlockRow, Blocks, empty_blocks
 from .segments import SegmentBuilder
+from .workspace import workspace
 
 COMPATS = ("vllm", "transformers")
 #: the arithmetic of scaled video time ``trunc(k * interval)``: the dtype the interval and the product
@@ -194,3 +196,37 @@ def _place_items(items: ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndar
             delta[r] = num(num(row_max + 1) - int(row_lengths[r]))
     check_max_position(row_lengths, delta)
     return Placed(empty_blocks(), base, next_base, row_starts, delta, out)
+
+
+#: a placed block of one row: start, end, base, frames, height, width, time index of each frame (None
+#: for one frame)
+PlacedRow = tuple[int, int, int, int, int, int, "np.ndarray | None"]
+
+
+def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list[PlacedRow], int, int]:
+    """Each block placed (see ``PlacedRow``), the shift of the text after the last block (text at index
+    ``j`` has position ``j + shift``), and the delta of the row.
+
+    :func:`place`'s rule for grid blocks on Python ints (the one-prompt fast path of :mod:`.one_row`,
+    for a few blocks: numpy costs more per call than this loop); tests compare the two."""
+    placed = []
+    shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
+    vllm = compat == "vllm"
+    for start, frames, height, width, interval in rows:
+        num_tokens = frames * height * width
+        base = start + shift
+        if frames == 1:
+            t = None
+            extent = height if height > width else width
+        else:
+            t = temporal_index(workspace.range(frames), interval)
+            extent = max(int(t[-1]) + 1, height, width)
+        if base + extent > reach:
+            reach = base + extent - 1
+        shift += (extent if vllm else max(height, width)) - num_tokens
+        placed.append((start, start + num_tokens, base, frames, height, width, t))
+    last = length - 1 + shift
+    delta = (last if last > reach else reach) + 1 - length
+    if length + delta > MAX_POSITION + 1:
+        check_max_position(np.array([length]), np.array([delta]))
+    return placed, shift, delta

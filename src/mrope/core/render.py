@@ -14,22 +14,13 @@ each rounded once from the exact float64 sum, as transformers' float32 arithmeti
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from .place import Placed, temporal_index
 from .segments import HW0, IS_TEXT, T0, WIDTH, SegmentBuilder, SegmentTable, render_formula
+from .workspace import workspace
 
-__all__ = [
-    "SegmentBuilder",
-    "SegmentTable",
-    "Workspace",
-    "build_segments",
-    "render",
-    "render_all",
-    "workspace",
-]
+__all__ = ["SegmentBuilder", "SegmentTable", "build_segments", "render", "render_all"]
 
 
 def build_segments(placed: Placed, length: int) -> SegmentTable:
@@ -68,42 +59,6 @@ def build_segments(placed: Placed, length: int) -> SegmentTable:
 
 
 _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
-#: the longest scratch row a thread keeps between calls (int64 entries, 2 MiB): a longer one (a prompt
-#: of more tokens) is allocated for its call and given back after it, so that whatever prompts a thread
-#: has served it keeps an arange of at most _KEEP and six rows of at most _CHUNK entries (5 MiB)
-_KEEP = 1 << 18
-
-
-class Workspace(threading.local):
-    """Per-thread scratch rows reused across calls: large temporaries allocated per call make the
-    allocator map and unmap memory, and the page faults cost more than the arithmetic. Rows longer
-    than ``_KEEP`` are not kept (see there)."""
-
-    def __init__(self) -> None:
-        self.rows = np.empty((6, 0), dtype=np.int64)
-        self.arange = np.arange(0, dtype=np.int64)
-
-    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Six scratch rows of ``n`` entries and ``arange(n)``."""
-        rows = self.rows
-        if rows.shape[1] < n:
-            rows = np.empty((6, n), dtype=np.int64)
-            if n <= _KEEP:
-                self.rows = rows
-        return rows[:, :n], self.range(n)
-
-    def range(self, n: int) -> np.ndarray:
-        """``arange(n)``, int64, read from a cached array."""
-        arange = self.arange
-        if arange.size < n:
-            arange = np.arange(n, dtype=np.int64)
-            if n <= _KEEP:
-                self.arange = arange
-        return arange[:n]
-
-
-#: this thread's scratch (see :class:`Workspace`)
-workspace = Workspace()
 
 
 def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray:
