@@ -223,9 +223,10 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
             raise MRopeError(
                 f"{where}: a part is an object with one of text, image, video, audio; got {part!r}"
             )
-        if "text" in part:
+        kind = kinds[0]
+        if kind == "text":
             ids.extend(_text(part["text"], text_id, where))
-        elif "audio" in part:
+        elif kind == "audio":
             if layout != "omni":
                 raise MRopeError(f"{where}: {family.model_type} takes no audio")
             audios.append(_count(part["audio"], f"{where} audio"))
@@ -235,7 +236,7 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
                 "audio_start_token_id",
                 "audio_end_token_id",
             )
-        elif "image" in part:
+        elif kind == "image":
             grid = _grid(part["image"], merge, 1, where)
             images.append(grid)
             block(settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks)

@@ -298,6 +298,14 @@ def _draw(
                 markersize=3,
                 label=f"compat={compat_name!r}",
             )
+            if differs.any():  # the differing tokens, marked so that a few stand out
+                axis.plot(
+                    index[differs],
+                    positions[compat_name][r][differs],
+                    "o",
+                    color=LINE_COLORS[compat_name],
+                    markersize=3.5 if differs.sum() < 200 else 1.5,
+                )
             decode = np.arange(length, x_max)
             axis.plot(decode, decode + delta, ":", color=LINE_COLORS[compat_name], linewidth=1.2)
         axis.axvline(length - 0.5, color="#555555", linewidth=0.8, linestyle=":")
