@@ -72,7 +72,6 @@ FAMILIES = {
     ),
 }
 NUM_TOKENS, NUM_Q_HEADS, NUM_KV_HEADS = 37, 3, 2
-BF16_UNIT_ROUNDOFF = 2.0**-8
 
 
 def _text_config(model_type: str):
@@ -123,25 +122,24 @@ def test_float32_matches_transformers(model_type):
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
-def test_bfloat16_within_one_rounding(model_type):
-    rope = _ours(model_type, torch.bfloat16)
-    positions, q, k = _inputs(rope.head_size, torch.bfloat16, seed=1)
-    out_q, _ = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+@pytest.mark.parametrize(("dtype", "unit_roundoff"), [(torch.bfloat16, 2.0**-8), (torch.float16, 2.0**-11)])
+def test_low_precision_is_transformers_float32_rounded_once(model_type, dtype, unit_roundoff):
+    rope = _ours(model_type, dtype)
+    positions, q, k = _inputs(rope.head_size, dtype, seed=1)
+    out_q, out_k = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
+    # (1) mrope computes in float32 with transformers' float32 operations and rounds once: it is
+    # transformers' float32 result on the same inputs, rounded to the dtype, bit for bit.
+    exact_q, exact_k = (_to_engine(x) for x in _reference(model_type, positions, q.float(), k.float()))
+    assert torch.equal(out_q, exact_q.to(dtype)) and torch.equal(out_k, exact_k.to(dtype)), model_type
+    # (2) transformers in the low precision rounds cos, sin, both products and their sum (Ernie:
+    # once). Its error is below 3u(|q cos| + |rot(q) sin|) and ours below u|sum|, so they differ by less
+    # than 4u(...). With x1 the element and x2 its partner, |x2 sin| <= |out| + |x1 cos|, so the terms
+    # are below 2(|x1| + |out|): the bound checked is 8u(|x1| + |out|).
     out_q = out_q.float()
-    # (1) mrope computes in float32 and rounds once: it is the float32 reference (on the same bf16
-    # inputs) rounded to bf16, i.e. within half a bf16 ulp of it, plus float32 slack.
-    exact_q, _ = _reference(model_type, positions, q.float(), k.float())
-    exact_q = _to_engine(exact_q)
-    half_ulp = torch.exp2(torch.floor(torch.log2(exact_q.abs().clamp_min(1e-30))) - 8)
-    assert ((out_q - exact_q).abs() <= half_ulp * 1.001 + 1e-6).all(), model_type
-    # (2) transformers in bf16 rounds cos, sin, both products and their sum (Ernie: once). Its error is
-    # below 3u(|q cos| + |rot(q) sin|) and ours below u|sum|, so they differ by less than 4u(...).
-    # With x1 the element and x2 its partner, |x2 sin| <= |out| + |x1 cos|, so the terms are below
-    # 2(|x1| + |out|): the bound checked is 8u(|x1| + |out|).
     ref_q, _ = _reference(model_type, positions, q, k)
     ref_q = _to_engine(ref_q).float()
     terms = _to_engine(q.float()).abs() + exact_q.abs()
-    assert ((out_q - ref_q).abs() <= 8 * BF16_UNIT_ROUNDOFF * terms + 1e-6).all(), model_type
+    assert ((out_q - ref_q).abs() <= 8 * unit_roundoff * terms + 1e-6).all(), model_type
     if model_type == "ernie4_5_vl_moe":  # Ernie also computes in float32 and rounds once
         assert torch.equal(out_q, ref_q)
 
