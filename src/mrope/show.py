@@ -70,9 +70,9 @@ def show(
     Parameters
     ----------
     family : Family
-        The model family (:func:`mrope.from_config`).
+        The model family ([`mrope.from_config`][mrope.from_config]).
     input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_seqlens, use_audio_in_video
-        The prompt, as :meth:`mrope.Family.positions` takes it.
+        The prompt, as [`Family.positions`][mrope.Family.positions] takes it.
     path : str or pathlib.Path
         Where to write the picture; it must end in ``.png`` and its folder must exist.
     compat : str, optional
@@ -92,7 +92,8 @@ def show(
     ------
     MRopeError
         matplotlib is not installed, ``family`` is not a family, ``path`` is not a ``.png`` in an
-        existing folder, ``compat`` is unknown, or the prompt is refused by :meth:`mrope.Family.positions`.
+        existing folder, ``compat`` is unknown, or the prompt is refused by
+        [`Family.positions`][mrope.Family.positions].
     """
     if not isinstance(family, Family):
         raise MRopeError(f"family must be a mrope Family (mrope.from_config), got {type(family).__name__}")
