@@ -303,9 +303,15 @@ def _compiled(fn):
     return torch.compile(fn, fullgraph=True, backend="aot_eager")
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("layout", "neox"), [("interleaved", True), ("ernie", False)])
-@pytest.mark.parametrize("kind", ["int3", "int1", "float3"])
+@pytest.mark.parametrize(
+    ("dtype", "layout", "neox", "kind"),
+    [
+        (torch.bfloat16, "interleaved", True, "int3"),
+        (torch.float32, "ernie", False, "int3"),
+        (torch.bfloat16, "ernie", False, "int1"),
+        (torch.float32, "interleaved", True, "float3"),
+    ],
+)
 def test_compiled_native_forward_equals_eager(dtype, layout, neox, kind):
     """torch.compile(fullgraph=True) traces the native path (plain torch ops, no graph break with
     check_positions=False) and keeps the in-place writes: the same bits as eager."""
