@@ -358,5 +358,5 @@ class TableMachine(RuleBasedStateMachine):
                 np.testing.assert_array_equal(out_t.numpy(), expected)
 
 
-TableMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+TableMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
 test_table_machine = TableMachine.TestCase
