@@ -609,10 +609,11 @@ def _rotate_inplace(
     """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``factors`` from
     :func:`_cos_sin_factors`); the result rounds once to ``x``'s dtype.
 
-    On the CPU the tokens go in chunks through work buffers that stay in the core's cache: the products
-    ``x2 * -sin`` and ``x1 * sin`` into the halves of a scratch ``P``, then ``x * C + P`` in place over
-    whole rows, the bits of :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly). On other devices
-    and under torch.compile (which fuses the ops) :func:`_rotated` computes the values whole.
+    On the CPU: the products ``x2 * -sin`` and ``x1 * sin``, then ``x * C`` plus them in place, the bits
+    of :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly). A tensor of more than one chunk goes
+    a chunk of tokens at a time through work buffers that stay in the core's cache (the products into
+    the halves of a scratch ``P``, then ``x * C + P`` over whole rows). On other devices and under
+    torch.compile (which fuses the ops) :func:`_rotated` computes the values whole.
     """
     heads = _heads(x, head_size)
     rotary_dim = factors[0].shape[-1]
@@ -626,10 +627,18 @@ def _rotate_inplace(
     if num_tokens == 0:
         return
     chunk = min(num_tokens, max(1, _CHUNK_ELEMENTS // (num_heads * rotary_dim)))
-    pieces = [(rot, *factors)]
-    if chunk < num_tokens:
-        pieces = list(zip(rot.split(chunk), *(f.split(chunk) for f in factors), strict=True))
     compute = factors[0].dtype
+    if chunk == num_tokens:  # one chunk: fresh tensors, the fewest calls
+        work = rot if x.dtype == compute else rot.to(compute)
+        (x1, x2), (cos2, minus_sin, sin) = _halves(work, is_neox_style), factors
+        p1, p2 = x2 * minus_sin, x1 * sin
+        work.mul_(cos2)
+        x1.add_(p1)
+        x2.add_(p2)
+        if work is not rot:
+            rot.copy_(work)
+        return
+    pieces = zip(rot.split(chunk), *(f.split(chunk) for f in factors), strict=True)
     scratch = torch.empty((chunk, num_heads, rotary_dim), dtype=compute)
     whole = (scratch, *_halves(scratch, is_neox_style))
     if x.dtype == compute:
