@@ -14,7 +14,7 @@ VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine clean
+.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-transformers clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -80,9 +80,15 @@ test-vllm: venv-vllm
 bench: venv venv-vllm
 	$(BIN)/python benchmarks/step.py --json bench-results/step.json
 	$(BIN)/python benchmarks/prefill.py --json bench-results/prefill.json
+	$(BIN)/python benchmarks/transformers_generate.py --json bench-results/transformers-generate.json
 	$(MAKE) bench-vllm-step
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
+
+# transformers with and without mrope's patch: generate's prefill position step, a tiny Omni prefill,
+# data-pipeline samples per second against get_rope_index per sample.
+bench-transformers: venv
+	$(BIN)/python benchmarks/transformers_generate.py --json bench-results/transformers-generate.json
 
 # The plugin inside vLLM: the position hook and admission, vLLM's own against mrope's, 8/64/256 requests.
 bench-vllm-engine: venv-vllm
