@@ -51,9 +51,9 @@ def build_segments(placed: Placed, length: int) -> SegmentTable:
     out = SegmentBuilder(np.int64)
     # at one index: a block's (empty) trailing text, then the next row's start, then a frame
     out.text(blocks.start + blocks.num_tokens, placed.next_base)
-    row_base = np.zeros(row_starts.size, dtype=np.int64)
-    row_base[:1] = -row_starts[:1]  # the first row's text reaches back to index 0
-    out.text(np.where(np.arange(row_starts.size) == 0, 0, row_starts), row_base)
+    row_start, row_base = row_starts.copy(), np.zeros(row_starts.size, dtype=np.int64)
+    row_start[:1], row_base[:1] = 0, -row_starts[:1]  # the first row's text reaches back to index 0
+    out.text(row_start, row_base)
     out.add(frame_start, frame_t0, frame_base, frame_width, 0)
     return out.table(length)
 

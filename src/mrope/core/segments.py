@@ -160,20 +160,26 @@ class SegmentBuilder:
         self.parts: list[np.ndarray] = []
 
     def add(
-        self, start: object, t0: object, hw0: object, width: object, is_text: object, origin: object = None
+        self,
+        start: int | np.ndarray,
+        t0: object,
+        hw0: object,
+        width: object,
+        is_text: object,
+        origin: object = None,
     ) -> None:
-        """Segments (scalars or equal-length arrays) starting at stream index ``start``; ``origin``
-        defaults to ``start``."""
-        start = np.atleast_1d(np.asarray(start, dtype=np.int64))
-        if not start.size:
+        """Segments starting at stream index ``start`` (an int, or a 1-D array: one segment each; the other
+        fields scalars or arrays of its length); ``origin`` defaults to ``start``."""
+        count = start.size if isinstance(start, np.ndarray) else 1
+        if not count:
             return
-        part = np.empty((len(FIELDS), start.size), dtype=self.dtype)
+        part = np.empty((len(FIELDS), count), dtype=self.dtype)
         part[START] = start
         part[T0] = t0
         part[HW0] = hw0
         part[WIDTH] = width
         part[IS_TEXT] = is_text
-        part[ORIGIN] = start if origin is None else origin
+        part[ORIGIN] = part[START] if origin is None else origin
         self.parts.append(part)
 
     def add_table(self, data: np.ndarray) -> None:
@@ -183,14 +189,19 @@ class SegmentBuilder:
         else:
             self.add(data[START], data[T0], data[HW0], data[WIDTH], data[IS_TEXT])
 
-    def text(self, start: object, base: object, origin: object = None) -> None:
+    def text(self, start: int | np.ndarray, base: object, origin: object = None) -> None:
         """Text-like runs from ``start``: ``base + o`` on all rows, ``o`` counted from ``origin``."""
         self.add(start, base, base, 1, 1, origin)
 
     def table(self, length: int) -> SegmentTable:
         """The table over a stream of ``length`` tokens; text from index 0 at position 0 leads it unless
         a segment starts there."""
-        if not self.parts or min(int(p[START].min()) for p in self.parts) > 0:
-            self.parts.insert(0, np.array([[0], [0], [0], [1], [1], [0]], dtype=self.dtype))
-        data = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts, axis=1)
-        return SegmentTable(data.take(data[START].argsort(kind="stable"), axis=1), length)
+        parts = self.parts
+        data = None
+        if parts:
+            data = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+            data = data.take(data[START].argsort(kind="stable"), axis=1)
+        if data is None or data[START, 0] > 0:
+            first = np.array([[0], [0], [0], [1], [1], [0]], dtype=self.dtype)
+            data = first if data is None else np.concatenate([first, data], axis=1)
+        return SegmentTable(data, length)
