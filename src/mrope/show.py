@@ -241,17 +241,18 @@ def _is_video(family: Family, ids: np.ndarray, frame_starts: np.ndarray) -> np.n
     return video[last[frame_starts]]
 
 
-def run_labels(runs: Runs) -> list[tuple[str, ...]]:
-    """Each run's labels, longest first (the drawing keeps the longest that fits)."""
+def run_labels(runs: Runs, selected: np.ndarray | None = None) -> list[tuple[str, ...]]:
+    """The labels of the runs at ``selected`` (indices; default all), longest first (the drawing keeps
+    the longest that fits)."""
+    picked = np.arange(runs.start.size) if selected is None else selected
     labels = []
-    for kind, item, frame, frames, size in zip(
-        runs.kind, runs.item, runs.frame, runs.frames_of_item, runs.end - runs.start, strict=True
-    ):
+    for r in picked:
+        kind, item, frame, size = runs.kind[r], runs.item[r], runs.frame[r], runs.end[r] - runs.start[r]
         if kind == "text":
             labels.append((f"text ({size})", "text"))
         elif kind == "audio":
             labels.append((f"audio {item}", f"a{item}", "a"))
-        elif frames > 1:
+        elif runs.frames_of_item[r] > 1:
             labels.append((f"{kind} {item} frame {frame}", f"frame {frame}", f"f{frame}"))
         else:
             labels.append((f"{kind} {item}", f"{kind[0]}{item}"))
@@ -374,8 +375,10 @@ def _draw_band(axis: Axes, runs: Runs, length: int, x_max: int, figure: Any) -> 
     for side in ("top", "right", "left"):
         axis.spines[side].set_visible(False)
     points_per_token = _axis_width_points(axis, figure) / max(x_max, 1)
-    for start, end, labels in zip(runs.start, runs.end, run_labels(runs), strict=True):
-        _label(axis, start, end, 0.5, labels, points_per_token, "black")
+    # only runs wide enough for a label of one character are labelled (a bounded number of them)
+    wide = np.flatnonzero((runs.end - runs.start) * points_per_token >= _label_width("a"))
+    for r, labels in zip(wide, run_labels(runs, wide), strict=True):
+        _label(axis, runs.start[r], runs.end[r], 0.5, labels, points_per_token, "black")
     # the item names above multi-frame items and audio runs: one label per item
     vision = runs.frames_of_item > 1
     for kind in ("image", "video"):
@@ -395,11 +398,16 @@ def _label(
     """The longest of ``labels`` that fits over tokens ``start .. end - 1``, centered; none if none fits."""
     room = (end - start) * points_per_token
     for text in labels:
-        if len(text) * FONT_SIZE * 0.62 + 4 <= room:
+        if _label_width(text) <= room:
             axis.text(
                 (start + end - 1) / 2, y, text, ha="center", va="center", fontsize=FONT_SIZE, color=color
             )
             return
+
+
+def _label_width(text: str) -> float:
+    """A label's width in points, with a little room on each side (DejaVu Sans, an estimate)."""
+    return len(text) * FONT_SIZE * 0.62 + 4
 
 
 def _axis_width_points(axis: Axes, figure: Any) -> float:
@@ -447,13 +455,24 @@ def _outline(axis: Axes, runs: Runs, row: np.ndarray) -> None:
 
 
 def _shade(axis: Axes, mask: np.ndarray, color: str, alpha: float) -> None:
-    """Shade the runs of tokens where ``mask`` holds, full height."""
-    if not mask.any():
-        return
+    """Shade the runs of tokens where ``mask`` holds, full height (one collection)."""
+    from matplotlib.collections import PolyCollection
+
     edges = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    for start, end in zip(starts, ends, strict=True):
-        axis.axvspan(start - 0.5, end - 0.5, color=color, alpha=alpha, linewidth=0)
+    if starts.size == 0:
+        return
+    full = np.ones(starts.size)
+    axis.add_collection(
+        PolyCollection(
+            _boxes(starts - 0.5, ends - 0.5, 0 * full, full),
+            transform=axis.get_xaxis_transform(),  # x in tokens, y from the bottom (0) to the top (1)
+            facecolors=color,
+            alpha=alpha,
+            linewidths=0,
+        ),
+        autolim=False,
+    )
 
 
 def _draw_difference(axis: Axes, positions: dict[str, np.ndarray], differs: np.ndarray) -> None:
