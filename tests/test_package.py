@@ -27,6 +27,7 @@ def test_public_names():
         "RequestInputs",
         "from_config",
         "get_rope_index",
+        "show",
         "supported_model_types",
     ]
     for name in mrope.__all__:

@@ -7,6 +7,7 @@ from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
 from .families import Family, RequestInputs, from_config, supported_model_types
 from .serving import PositionTable
+from .show import show  # matplotlib is imported when it draws
 
 __all__ = [
     "Family",
@@ -16,6 +17,7 @@ __all__ = [
     "RequestInputs",
     "from_config",
     "get_rope_index",
+    "show",
     "supported_model_types",
 ]
 __version__ = "0.1.0"

@@ -152,15 +152,17 @@ def patch(model: Any, *, compat: str | None = None) -> Any:
     compat : ``None`` (default: the installed transformers' convention, so that positions, ``rope_deltas``
         and generated tokens equal transformers'), ``"vllm"`` or ``"transformers"``.
 
-    Patching is idempotent: patching a patched model with the same ``compat`` changes nothing; with
-    another ``compat`` it raises (call :func:`unpatch` first). The model's cached ``rope_deltas`` are
-    cleared, since they came from the other position code.
-
     Raises
     ------
     MRopeError
         ``model`` is not a transformers M-RoPE VLM, or its ``model_type`` is one mrope does not support
         (the message names its type); ``compat`` unknown or different from an existing patch's.
+
+    Notes
+    -----
+    Patching is idempotent: patching a patched model with the same ``compat`` changes nothing; with
+    another ``compat`` it raises (call :func:`unpatch` first). The model's cached ``rope_deltas`` are
+    cleared, since they came from the other position code.
     """
     compat = _resolve_compat(compat)
     owners = _owners(model)

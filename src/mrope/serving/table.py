@@ -112,6 +112,8 @@ class PositionTable:
         that call at start-up with an empty step of its real arrays, e.g. ``fill(out, slots[:0],
         num_computed[:0], num_scheduled[:0])``.
 
+    Notes
+    -----
     A table may be shared by threads: every call holds the table's lock (a fraction of a microsecond),
     so calls from several threads run one at a time and each sees the table between calls.
 
@@ -264,16 +266,17 @@ class PositionTable:
         audio_seqlens : (num_audios,), optional; Omni families only
         use_audio_in_video : bool, optional; Omni families only
 
-        The request's state is its placed segments: O(images + video frames), not O(tokens).
-
         Raises
         ------
         MRopeError
             ``slot`` out of range or already live; anything :meth:`Family.segments` refuses (audio
             inputs to a family without audio among them, offsets that do not fit the prompt); a
-            Qwen3-Omni request in an int64 table;
-            positions reaching ``max_position``; a float32 table's prompt of 2**24 tokens or more.
-            The table is unchanged.
+            Qwen3-Omni request in an int64 table; positions reaching ``max_position``; a float32
+            table's prompt of 2**24 tokens or more. The table is then unchanged.
+
+        Notes
+        -----
+        The request's state is its placed segments: O(images + video frames), not O(tokens).
         """
         if not isinstance(family, Family):
             raise MRopeError(
