@@ -145,7 +145,8 @@ def locate_few(placeholder_index: np.ndarray, tokens: list[int]) -> list[int] | 
         return None
     if not tokens:
         return []
-    bounds, first = [], 0
+    bounds: list[int] = []
+    first = 0
     for n in tokens:
         bounds += (first, first + n - 1)
         first += n

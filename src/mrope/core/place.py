@@ -153,15 +153,17 @@ def _place_items(items: ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndar
     num = np.float32 if items.floats else int
     out = SegmentBuilder(np.float64 if items.floats else np.int64)
     delta = np.zeros(row_starts.size, dtype=np.float32 if items.floats else np.int64)
-    base = np.zeros(items.start.size, dtype=out.dtype)
-    next_base = np.zeros(items.start.size, dtype=out.dtype)
+    base: np.ndarray = np.zeros(items.start.size, dtype=out.dtype)
+    next_base: np.ndarray = np.zeros(items.start.size, dtype=out.dtype)
     bare = np.ones(row_starts.size, dtype=bool)
     bare[items.row] = False
     out.text(row_starts[bare], 0)  # rows of text only: positions 0 .. L-1, delta 0
     cuts = [] if items.cuts is None else items.cuts.tolist()
     cut = 0  # the next cut to apply
     row_of, starts, ends = items.row.tolist(), items.start.tolist(), items.end.tolist()
-    text_start = text_base = row_max = None
+    text_start: int = 0  # the scan's state: where the current text run starts, its base, the row's max
+    text_base: Any = num(0)
+    row_max: Any = num(-1)
 
     def text_until(stop: int) -> None:
         """Text runs from ``text_start`` up to ``stop``: one per cut; the next base advances by each

@@ -47,7 +47,7 @@ serves every caller:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -119,7 +119,8 @@ class SegmentTable:
         return self.data[self.origin_row]
 
 
-Value = TypeVar("Value")  # a Python or numpy scalar, a numpy array or a torch tensor
+#: a Python or numpy scalar, a numpy array or a torch tensor (anything with ``+ * // %``)
+Value: TypeAlias = Any
 
 
 def render_formula(
@@ -173,7 +174,7 @@ class SegmentBuilder:
         count = start.size if isinstance(start, np.ndarray) else 1
         if not count:
             return
-        part = np.empty((len(FIELDS), count), dtype=self.dtype)
+        part: np.ndarray = np.empty((len(FIELDS), count), dtype=self.dtype)
         part[START] = start
         part[T0] = t0
         part[HW0] = hw0
@@ -197,11 +198,11 @@ class SegmentBuilder:
         """The table over a stream of ``length`` tokens; text from index 0 at position 0 leads it unless
         a segment starts there."""
         parts = self.parts
-        data = None
+        data: np.ndarray | None = None
         if parts:
             data = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
             data = data.take(data[START].argsort(kind="stable"), axis=1)
         if data is None or data[START, 0] > 0:
-            first = np.array([[0], [0], [0], [1], [1], [0]], dtype=self.dtype)
+            first: np.ndarray = np.array([[0], [0], [0], [1], [1], [0]], dtype=self.dtype)
             data = first if data is None else np.concatenate([first, data], axis=1)
         return SegmentTable(data, length)

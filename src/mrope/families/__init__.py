@@ -82,8 +82,8 @@ def from_config(
         if isinstance(cfg.get(key), Mapping):
             cfg = dict(cfg[key])
     model_type = cfg.get("model_type")
-    cls = REGISTRY.get(model_type)
-    if cls is None:
+    cls = REGISTRY.get(model_type) if isinstance(model_type, str) else None
+    if cls is None or not isinstance(model_type, str):
         raise MRopeError(
             f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 
@@ -197,6 +197,7 @@ class Family:
             self.check_extra_inputs({k: v for k, v in given.items() if v is not None})
         if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
             raise MRopeError(self.no_offsets_message())
+        ids: np.ndarray | list[int]
         if image_offsets is None or video_offsets is None or type(input_ids) is not list:
             ids = to_int_array(input_ids, name="input_ids", ndim=1)
         else:  # only the items' own tokens are read: a list is not converted
@@ -339,6 +340,14 @@ class Family:
         )
         return self.prompt(inputs, segments=False)
 
+    @overload
+    def prompt(
+        self, inputs: RequestInputs, *, segments: Literal[True]
+    ) -> tuple[SegmentTable, int | float]: ...
+    @overload
+    def prompt(
+        self, inputs: RequestInputs, *, segments: Literal[False]
+    ) -> tuple[np.ndarray, int | float]: ...
     def prompt(
         self, inputs: RequestInputs, *, segments: bool
     ) -> tuple[SegmentTable | np.ndarray, int | float]:
@@ -448,7 +457,8 @@ class Family:
         if grids.size == 0:
             return grids, 0
         temporal, merge = int(divisor[0]), self.spatial_merge_size
-        bad, tokens = None, 0
+        bad: int | None = None
+        tokens: int | float = 0
         if len(grids) <= _FEW_GRIDS:
             for i, (t, h, w) in enumerate(grids.tolist()):
                 if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge or t % temporal:

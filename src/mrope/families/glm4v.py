@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._errors import MRopeError
-from ..core import BlockRow, Blocks
+from ..core import BlockRow, Blocks, ItemBlocks
 from ._base import Family, as_ids, split_frames
 from .inputs import RequestInputs
 
@@ -61,7 +61,7 @@ class Glm4V(Family):
         )
         return image_blocks, frame_blocks
 
-    def prompt_blocks(self, inputs: RequestInputs) -> Blocks | list[BlockRow]:
+    def prompt_blocks(self, inputs: RequestInputs) -> Blocks | ItemBlocks | list[BlockRow]:
         """Images at their offsets when the prompt has no videos (given as such); otherwise the prompt is
         scanned (video frames are image tokens inside the video markers) and the offsets are checked."""
         ids, images, videos = inputs.ids, inputs.images, inputs.videos

@@ -9,7 +9,7 @@ split a video into frames separated by timestamps, :meth:`Qwen2VL.video_blocks` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .inputs import RequestInputs
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2VL(Family):
-    model_types = ("qwen2_vl",)
+    model_types: ClassVar[tuple[str, ...]] = ("qwen2_vl",)
 
     image_token_id: int
     video_token_id: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from .qwen2_vl import Qwen2VL
 
 
 class Qwen3VL(Qwen2VL):
-    model_types = ("qwen3_vl", "qwen3_vl_moe")
+    model_types: ClassVar[tuple[str, ...]] = ("qwen3_vl", "qwen3_vl_moe")
     rotary_layout = "interleaved"
 
     def video_blocks(
