@@ -210,22 +210,22 @@ def test_config_forms_agree(peer):
 def test_config_objects_are_read_once_and_forgotten_when_freed():
     import gc
 
-    import mrope.batch as batch_module
+    import mrope.families as families_module
 
     require("transformers")
     config = peers.transformers_config("qwen2_vl")
     ids = np.array([[1, config.image_token_id, 2]])
     kwargs = {"image_grid_thw": [[1, 2, 2]]}
     first = mrope.get_rope_index(config, ids, **kwargs)
-    cached = dict(batch_module._FAMILIES)
+    cached = dict(families_module._FAMILIES)
     assert [key for key in cached if key[0] == id(config)] == [(id(config), "vllm")]
     second = mrope.get_rope_index(config, ids, **kwargs)
-    assert dict(batch_module._FAMILIES) == cached, "the second call must reuse the family"
+    assert dict(families_module._FAMILIES) == cached, "the second call must reuse the family"
     np.testing.assert_array_equal(first[0], second[0])
     key = (id(config), "vllm")
     del config
     gc.collect()
-    assert key not in batch_module._FAMILIES, "a freed config's family must be dropped"
+    assert key not in families_module._FAMILIES, "a freed config's family must be dropped"
 
 
 # -- the pipeline's own API: request inputs, place, build, render ---------------------------------------

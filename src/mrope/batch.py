@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ._backends import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
-from .families import ArrayLike, Family, RequestInputs, from_config
+from .families import ArrayLike, Family, RequestInputs, family_of
 
 
 def get_rope_index(
@@ -52,7 +50,7 @@ def get_rope_index(
     if isinstance(config, Family):
         family = config if compat in (None, config.compat) else config.with_compat(compat)
     else:
-        family = _family_of(config, compat or "vllm")
+        family = family_of(config, compat or "vllm")
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
 
@@ -105,27 +103,6 @@ def get_rope_index(
         position_ids[:, mask] = positions
     deltas = deltas.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)
-
-
-# families of config objects already read, by id and compat: serializing a transformers config costs
-# more than computing the positions, and a model's config does not change once it is loaded
-_FAMILIES: dict[tuple[int, str], Family] = {}
-
-
-def _family_of(config: Any, compat: str) -> Family:
-    """``from_config(config, compat=compat)``, read once per config object (dicts are read each time)."""
-    if isinstance(config, Mapping):
-        return from_config(config, compat=compat)
-    key = (id(config), compat)
-    family = _FAMILIES.get(key)
-    if family is None:
-        family = from_config(config, compat=compat)
-        try:
-            weakref.finalize(config, _FAMILIES.pop, key, None)
-        except TypeError:  # not weak-referenceable: cannot tell when the id is reused, so do not cache
-            return family
-        _FAMILIES[key] = family
-    return family
 
 
 def _check_mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:

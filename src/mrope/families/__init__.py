@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,6 +105,29 @@ __all__ = [
     "ArrayLike",
     "Family",
     "RequestInputs",
+    "family_of",
     "from_config",
     "supported_model_types",
 ]
+
+
+# families of config objects already read, by id and compat: serializing a transformers config costs
+# more than computing the positions, and a model's config does not change once it is loaded
+_FAMILIES: dict[tuple[int, str], Family] = {}
+
+
+def family_of(config: Any, compat: str) -> Family:
+    """``from_config(config, compat=compat)``, read once per config object (dicts are read each time):
+    for callers that get a model's config on every call (``get_rope_index``, a data pipeline)."""
+    if isinstance(config, Mapping):
+        return from_config(config, compat=compat)
+    key = (id(config), compat)
+    family = _FAMILIES.get(key)
+    if family is None:
+        family = from_config(config, compat=compat)
+        try:
+            weakref.finalize(config, _FAMILIES.pop, key, None)
+        except TypeError:  # not weak-referenceable: cannot tell when the id is reused, so do not cache
+            return family
+        _FAMILIES[key] = family
+    return family

@@ -29,14 +29,13 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
-from ..families import Family
+from ..families import Family, family_of
 
 __all__ = ["MRopeRopeIndex", "installed_compat", "is_patched", "patch", "rope_index", "unpatch"]
 
@@ -257,7 +256,7 @@ def rope_index(
             raise MRopeError(f"config is a family with compat={config.compat!r}, compat={compat!r} differs")
         family = config
     else:
-        family = _family_of(config, _resolve_compat(compat))
+        family = family_of(config, _resolve_compat(compat))
     single = np.ndim(input_ids) == 1
     if single:  # one sample: a batch of one
         input_ids = input_ids[None] if hasattr(input_ids, "ndim") else [input_ids]
@@ -297,23 +296,3 @@ def _in_dtype_of(positions: Any, input_ids: Any) -> Any:
     if isinstance(positions, np.ndarray):
         return positions.astype(dtype) if positions.dtype.kind in "iu" and dtype.kind in "iu" else positions
     return positions if positions.is_floating_point() or dtype.is_floating_point else positions.to(dtype)
-
-
-# families of config objects already read, by id and compat (a Dataset calls rope_index per sample, and
-# reading a transformers config costs more than the positions); an entry leaves with its config
-_FAMILIES: dict[tuple[int, str], Family] = {}
-
-
-def _family_of(config: Any, compat: str) -> Family:
-    if isinstance(config, Mapping):
-        return from_config(config, compat=compat)
-    key = (id(config), compat)
-    family = _FAMILIES.get(key)
-    if family is None:
-        family = from_config(config, compat=compat)
-        try:
-            weakref.finalize(config, _FAMILIES.pop, key, None)
-        except TypeError:  # not weak-referenceable: its id may be reused, so it is not cached
-            return family
-        _FAMILIES[key] = family
-    return family
