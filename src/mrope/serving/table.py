@@ -617,12 +617,13 @@ class PositionTable:
         pool = self._pool
         # the last slot whose key is <= key: counted among the keys after the first (keys[0] = 0)
         seg = pool.keys[1 : pool.top].searchsorted(key, side="right")
-        fields = self._scratch_tokens(num)
-        pool.fields.take(seg, axis=1, out=fields, mode="clip")  # "clip": unbuffered; seg is valid
-        offset = np.subtract(key, fields[_OKEY], out=key)
-        # the formula renders in place in out's rows: t0, and divmod's quotient and remainder there
+        # the formula renders in place in out's rows: t0 taken into row t, divmod's quotient and
+        # remainder into rows h and w; the other fields (rows after t0) into scratch
         t, h, w = out[0, :num], out[1, :num], out[2, :num]
-        np.copyto(t, fields[_FT0])
+        pool.fields[_FT0].take(seg, out=t, mode="clip")  # "clip": unbuffered; seg is valid
+        fields = self._scratch_tokens(num)
+        pool.fields[_FT0 + 1 :].take(seg, axis=1, out=fields[_FT0 + 1 :], mode="clip")
+        offset = np.subtract(key, fields[_OKEY], out=key)
         np.divmod(offset, fields[_FWIDTH], out=(h, w))
         render_formula(offset, h, w, t, fields[_FHW0], fields[_FIS_TEXT])
         return num
