@@ -5,12 +5,21 @@ torch is imported only when a caller already passed a torch tensor (it is then i
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import numpy as np
 
 from ._errors import MRopeError
+
+#: the environment variable that turns off mrope's compiled (numba) paths: ``MROPE_NUMBA=0``
+NUMBA_ENV = "MROPE_NUMBA"
+
+
+def numba_allowed() -> bool:
+    """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA=0``)."""
+    return os.environ.get(NUMBA_ENV, "").strip() != "0"
 
 
 def is_torch_tensor(x: Any) -> bool:

@@ -1,17 +1,24 @@
 """``mrope.core.render``: positions of every token (``render_all`` of the segment table) and of
-arbitrary indices (``render``), against the per-token reference ``tests/_reference.py``."""
+arbitrary indices (``render``), against the per-token reference ``tests/_reference.py``; the compiled
+render (:mod:`mrope.core.compiled`) against the numpy one on arbitrary tables."""
+
+import importlib
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _peers import require
 from _reference import stream_positions
 from mrope.core.blocks import Blocks
 from mrope.core.place import COMPATS, place
-from mrope.core.render import build_segments, render, render_all
+from mrope.core.render import COMPILED_FROM, build_segments, render, render_all
+from mrope.core.segments import FIELDS, NUM_BASE_FIELDS, SegmentTable
 from strategies import Stream, streams
 
+# the module (``mrope.core.render`` is also the name of its function ``render``)
+render_module = importlib.import_module("mrope.core.render")
 compats = pytest.mark.parametrize("compat", COMPATS)
 # the core is pure numpy and fast: explore more than the peer tests do
 many = settings(max_examples=settings.default.max_examples * 5)
@@ -35,6 +42,87 @@ def test_render_all_matches_reference(compat, stream):
         expected,
         err_msg=f"compat={compat}: {stream.describe()}",
         strict=True,
+    )
+
+
+@compats
+@many
+@given(stream=streams())
+def test_compiled_render_matches_reference(compat, stream):
+    require("numba")
+    positions = render_all(table_of(stream, compat), use_compiled=True)
+    expected, _, _, _ = stream_positions(stream.rows(), compat)
+    np.testing.assert_array_equal(
+        positions[:, stream.row_mask()], expected, err_msg=f"compat={compat}: {stream.describe()}"
+    )
+
+
+@st.composite
+def segment_tables(draw) -> SegmentTable:
+    """Any int64 table the builders may give: sorted starts from 0 (repeats make empty segments), with
+    or without the ``ORIGIN`` row (an origin before the start: a piece that continues a frame or a run),
+    frames and text of any width, and a length at or past the last start."""
+    count = draw(st.integers(1, 12))
+    length = draw(st.integers(0, 300))
+    starts = sorted(draw(st.lists(st.integers(0, length), min_size=count - 1, max_size=count - 1)))
+    data = np.zeros((len(FIELDS), count), dtype=np.int64)
+    data[0] = [0, *starts]
+    for row, values in ((1, st.integers(0, 10**6)), (2, st.integers(0, 10**6)), (3, st.integers(1, 9))):
+        data[row] = draw(st.lists(values, min_size=count, max_size=count))
+    data[4] = draw(st.lists(st.integers(0, 1), min_size=count, max_size=count))
+    data[5] = data[0] - np.array(draw(st.lists(st.integers(0, 40), min_size=count, max_size=count)))
+    rows = len(FIELDS) if draw(st.booleans()) else NUM_BASE_FIELDS
+    return SegmentTable(data[:rows].copy(), length)
+
+
+@many
+@given(table=segment_tables())
+def test_compiled_render_matches_numpy_on_any_table(table):
+    """The compiled walk (quotient and remainder counted) and the numpy passes (``divmod`` of every
+    offset) write the same positions, and ``render`` of every index agrees."""
+    require("numba")
+    numpy_positions = render_all(table, use_compiled=False)
+    out = np.full((3, table.length), -7, dtype=np.int64)
+    assert render_all(table, out, use_compiled=True) is out
+    np.testing.assert_array_equal(out, numpy_positions, err_msg=str(table.data.tolist()))
+    np.testing.assert_array_equal(render(table, np.arange(table.length)), numpy_positions)
+
+
+def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
+    """``use_compiled=None``: the compiled render from ``COMPILED_FROM`` tokens where numba imports,
+    numpy below it and under ``MROPE_NUMBA=0``."""
+    require("numba")
+    calls = []
+    kernel = render_module.compiled()
+    assert kernel is not None
+
+    def spy(*args):
+        calls.append(args[3])
+        return kernel(*args)
+
+    monkeypatch.setattr(render_module, "compiled", lambda: spy)
+    stream = Stream(
+        np.array([0]), np.array([COMPILED_FROM]), COMPILED_FROM, _blocks([5], [2], [3], [4], [1.0])
+    )
+    table = table_of(stream, "vllm")
+    np.testing.assert_array_equal(render_all(table), render_all(table, use_compiled=False))
+    assert calls == [COMPILED_FROM]
+    short = table_of(Stream(np.array([0]), np.array([40]), 40, _blocks([5], [2], [3], [4], [1.0])), "vllm")
+    render_all(short)
+    assert calls == [COMPILED_FROM], "a short table takes the numpy passes"
+    monkeypatch.undo()
+    monkeypatch.setenv("MROPE_NUMBA", "0")
+    assert render_module.compiled() is None
+
+
+def test_compiled_cache_matches_what_it_bakes_in() -> None:
+    """numba's on-disk cache of the compiled render is keyed on its file only: the field rows and the
+    formula it bakes in must be those that file names (else this test says to update ``CACHED_FOR``)."""
+    require("numba")
+    from mrope.core import compiled
+
+    assert compiled.BAKED == compiled.CACHED_FOR, (
+        f"update CACHED_FOR in mrope/core/compiled.py to {compiled.BAKED!r}"
     )
 
 

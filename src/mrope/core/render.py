@@ -4,7 +4,9 @@
 :func:`render_all` renders every token of the stream and :func:`render` any token indices. Both find
 each token's segment and apply :func:`mrope.core.segments.render_formula`: ``render_all`` with a
 running count over the (sorted, nonempty) segments, chunk by chunk, into reused scratch rows;
-``render`` with a ``searchsorted`` per index.
+``render`` with a ``searchsorted`` per index. Where numba imports (unless ``MROPE_NUMBA=0``),
+``render_all`` of a large int64 table runs the compiled render of :mod:`mrope.core.compiled` instead:
+one pass that walks the segments (see there why), the same formula.
 
 Tables may carry the ``ORIGIN`` row (offsets count from it instead of ``START``: a Qwen2.5-Omni video
 chunk that starts inside a frame; an audio run whose tokens are split by video frames, Qwen3-Omni), and
@@ -14,8 +16,11 @@ each rounded once from the exact float64 sum, as transformers' float32 arithmeti
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .._backends import numba_allowed
 from .place import Placed, temporal_index
 from .segments import HW0, IS_TEXT, T0, WIDTH, SegmentBuilder, SegmentTable, render_formula
 from .workspace import workspace
@@ -59,15 +64,49 @@ def build_segments(placed: Placed, length: int) -> SegmentTable:
 
 
 _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
+#: from this many tokens ``render_all`` takes the compiled render where it may (below it the numpy passes
+#: cost a few tens of microseconds, and a short call never imports numba)
+COMPILED_FROM = 1 << 12
+_UNLOADED: Any = object()
+_compiled_render: Any = _UNLOADED
 
 
-def render_all(table: SegmentTable, out: np.ndarray | None = None) -> np.ndarray:
+def compiled() -> Any:
+    """:func:`mrope.core.compiled.render_table`, or ``None`` where numba does not import or
+    ``MROPE_NUMBA=0`` (the import is tried once per process)."""
+    global _compiled_render
+    if not numba_allowed():
+        return None
+    if _compiled_render is _UNLOADED:
+        try:
+            from .compiled import render_table
+        except ImportError:  # numba missing, or not built for this numpy
+            render_table = None
+        _compiled_render = render_table
+    return _compiled_render
+
+
+def render_all(
+    table: SegmentTable, out: np.ndarray | None = None, *, use_compiled: bool | None = None
+) -> np.ndarray:
     """Positions (3, length) of every token of the stream, into ``out`` if given: int64, or float32 for
-    a float table (see the module docstring)."""
+    a float table (see the module docstring).
+
+    ``use_compiled``: ``None`` takes the compiled render for int64 tables of at least
+    :data:`COMPILED_FROM` tokens where it is available; ``False`` the numpy passes; ``True`` the
+    compiled render (int64 tables; ImportError without numba)."""
     if table.is_float:
         return render(table, np.arange(table.length, dtype=np.int64), out)
     if out is None:
         out = np.empty((3, table.length), dtype=np.int64)
+    if use_compiled is None:
+        kernel = compiled() if table.length >= COMPILED_FROM else None
+    elif use_compiled:
+        from .compiled import render_table as kernel
+    else:
+        kernel = None
+    if kernel is not None:
+        return kernel(out, table.data, table.origin_row, table.length)
     starts = table.start
     nonempty = np.empty(starts.size, dtype=bool)
     np.less(starts[:-1], starts[1:], out=nonempty[:-1])

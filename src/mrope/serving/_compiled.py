@@ -16,14 +16,16 @@ numba (``cache=True``: later processes load it from disk), does the whole step i
 Two renders exist, this one and the numpy path's (:meth:`PositionTable.fill`), because they find
 segments differently: numpy searches every token's key at once (``searchsorted``) and divides every
 offset (``divmod``), this kernel walks the few segments a request's tokens cross and keeps the
-quotient and remainder by counting. The formula applied to each token is the one of
-:mod:`mrope.core.segments` (:func:`render_formula`, compiled over scalars and inlined), and the tests
-check that both paths write the same positions. float32 tables (Qwen3-Omni) keep the numpy path.
+quotient and remainder by counting: the segment walk of the compiled render
+(:func:`mrope.core.compiled.write_run`, the formula of :mod:`mrope.core.segments` compiled over
+scalars), inlined. The tests check that both paths write the same positions. float32 tables
+(Qwen3-Omni) keep the numpy path.
 
 numba's on-disk cache is keyed on this file's source only: the values baked into the kernel (the
-info and field rows, ``DEAD``) and the formula's source live elsewhere. :data:`BAKED` digests them;
-the cache is used only while it equals :data:`CACHED_FOR`, which names what this file was written
-for (a test checks it; updating it changes this file, which invalidates numba's cache).
+info and field rows, ``DEAD``) and the source of :mod:`mrope.core.compiled` live elsewhere.
+:data:`BAKED` digests them; the cache is used only while it equals :data:`CACHED_FOR`, which names what
+this file was written for (a test checks it; updating it changes this file, which invalidates numba's
+cache).
 
 numba is optional (every vLLM install has it): this module imports it, and is imported only by
 :func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
@@ -40,25 +42,15 @@ import inspect
 import numba
 import numpy as np
 
-from ..core.segments import render_formula
+from ..core import compiled as core_compiled
+from ..core.compiled import write_run
 from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
 from ._state import DEAD, DELTA, KEY, PLEN
 
 #: digest of what the kernel bakes in from other modules (see the module docstring)
-_BAKED_VALUES = (DEAD, DELTA, KEY, PLEN, FHW0, FIS_TEXT, FT0, FWIDTH, OKEY, inspect.getsource(render_formula))
+_BAKED_VALUES = (DEAD, DELTA, KEY, PLEN, FHW0, FIS_TEXT, FT0, FWIDTH, OKEY, inspect.getsource(core_compiled))
 BAKED = hashlib.sha256(repr(_BAKED_VALUES).encode()).hexdigest()[:16]
-CACHED_FOR = "d145bc1b66a078a0"
-
-_formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
-
-
-@numba.njit(inline="always")
-def _write(out, col, o, q, r, t0, hw0, is_text):  # noqa: ANN001, ANN202
-    """Token ``col``'s positions, ``(q, r) = divmod(o, width)``."""
-    t, h, w = _formula(o, q, r, t0, hw0, is_text)
-    out[0, col] = t
-    out[1, col] = h
-    out[2, col] = w
+CACHED_FOR = "e7789ad1414dbbcc"
 
 
 @numba.njit(cache=BAKED == CACHED_FOR, nogil=True, boundscheck=False)
@@ -116,23 +108,19 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
             while index < stop:
                 seg_end = min(stop, keys[seg + 1] - base)  # the decode tail follows the last one
                 o = base + index - fields[OKEY, seg]
-                width = fields[FWIDTH, seg]
-                q = o // width
-                r = o - q * width
-                t0, hw0, is_text = fields[FT0, seg], fields[FHW0, seg], fields[FIS_TEXT, seg]
-                for _ in range(seg_end - index):
-                    _write(out, col, o, q, r, t0, hw0, is_text)
-                    col += 1
-                    o += 1
-                    r += 1
-                    if r == width:
-                        r = 0
-                        q += 1
+                col = write_run(
+                    out,
+                    col,
+                    seg_end - index,
+                    o,
+                    fields[FWIDTH, seg],
+                    fields[FT0, seg],
+                    fields[FHW0, seg],
+                    fields[FIS_TEXT, seg],
+                )
                 index = seg_end
                 seg += 1
         delta = info[DELTA, column]
-        while index < end:  # past the prompt: the decode tail, text from index 0 with base delta
-            _write(out, col, index, index, 0, delta, delta, 1)
-            col += 1
-            index += 1
+        if index < end:  # past the prompt: the decode tail, text from index 0 with base delta
+            col = write_run(out, col, end - index, index, 1, delta, delta, 1)
     return num

@@ -18,12 +18,11 @@ Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from .._backends import is_torch_tensor
+from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.segments import render_formula
 from ..families import Family
@@ -47,7 +46,6 @@ from ._state import SlotState
 
 _LAST, _END, _NC, _NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
 BACKENDS = ("auto", "numba", "numpy")
-NUMBA_ENV = "MROPE_NUMBA"  # "0": tables with backend="auto" use numpy
 
 
 def compiled_step(backend: str, floats: bool) -> Any:
@@ -57,7 +55,7 @@ def compiled_step(backend: str, floats: bool) -> Any:
     (:class:`MRopeError` without numba, or for a float32 table); ``"numpy"``: never."""
     if backend not in BACKENDS:
         raise MRopeError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    if backend == "numpy" or (backend == "auto" and (floats or os.environ.get(NUMBA_ENV, "").strip() == "0")):
+    if backend == "numpy" or (backend == "auto" and (floats or not numba_allowed())):
         return None
     if floats:
         raise MRopeError(

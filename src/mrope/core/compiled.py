@@ -1,0 +1,80 @@
+"""The compiled render: every token of a segment table in one pass (numba), and the segment walk that
+the compiled serving step shares.
+
+:func:`mrope.core.render_all` renders with about twenty numpy passes over the stream (a running
+segment count, five gathers, a division, the formula); on a large batch each pass costs a trip through
+memory, and after other work (a model's forward, transformers' own loops) the caches are cold, so the
+passes, not the arithmetic, are the cost. :func:`render_table` writes each token once: it walks the
+segments in order and keeps the quotient and remainder by counting (:func:`write_run`). The formula is
+the one of :mod:`mrope.core.segments` (:func:`render_formula`, compiled over scalars and inlined); the
+tests check that this render and the numpy one give the same positions.
+
+numba is optional: this module imports it and is imported only by :func:`mrope.core.render.compiled`,
+which returns ``None`` where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache is keyed on
+this file's source only; :data:`BAKED` digests what the kernels bake in from elsewhere (the field rows
+and the formula's source) and the cache is used only while it equals :data:`CACHED_FOR` (a test checks
+it; updating it changes this file, which invalidates numba's cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+import numba
+import numpy as np
+
+from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
+
+#: digest of what the kernels bake in from other modules (see the module docstring)
+BAKED = hashlib.sha256(
+    repr((START, T0, HW0, WIDTH, IS_TEXT, inspect.getsource(render_formula))).encode()
+).hexdigest()[:16]
+CACHED_FOR = "e9654f06d8e0f3e5"
+
+_formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
+
+
+@numba.njit(inline="always")
+def write_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN201
+    """Positions of ``count`` consecutive tokens of one segment into ``out[:, col:col + count]``, the first
+    at offset ``o`` from the segment's origin; returns the column after them. The quotient and
+    remainder of ``o / width`` are divided once, then counted."""
+    q = o // width
+    r = o - q * width
+    for _ in range(count):
+        t, h, w = _formula(o, q, r, t0, hw0, is_text)
+        out[0, col] = t
+        out[1, col] = h
+        out[2, col] = w
+        col += 1
+        o += 1
+        r += 1
+        if r == width:
+            r = 0
+            q += 1
+    return col
+
+
+@numba.njit(cache=BAKED == CACHED_FOR, nogil=True, boundscheck=False)
+def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
+    """Positions (3, ``length``) of every token of an int64 segment table (``data``: the rows of
+    :mod:`mrope.core.segments`, sorted by start, the first starting at 0) into ``out``. A segment runs
+    to the next one's start (an empty one is skipped) and the last to ``length``."""
+    n = data.shape[1]
+    for s in range(n):
+        start = data[START, s]
+        end = data[START, s + 1] if s + 1 < n else np.int64(length)
+        end = min(end, np.int64(length))
+        if end > start:
+            write_run(
+                out,
+                start,
+                end - start,
+                start - data[origin_row, s],
+                data[WIDTH, s],
+                data[T0, s],
+                data[HW0, s],
+                data[IS_TEXT, s],
+            )
+    return out
