@@ -76,19 +76,17 @@ def get_rope_index(
         stream, row_lengths, mask = ids.reshape(-1), np.full(batch, length, dtype=np.int64), None
     else:
         mask = _check_mask(attention_mask, ids.shape)
-        row_lengths = mask.sum(axis=1)
-        first = mask.argmax(axis=1)
-        contiguous = bool(
-            (mask[:, ::-1].argmax(axis=1) + first + row_lengths == length)[row_lengths > 0].all()
-        )
-        if contiguous:  # left or right padding: rows stay in place, padding is blanked and zeroed
+        first, spans = _spans(mask)
+        if int(spans.sum()) == np.count_nonzero(mask):  # left or right padding: rows stay in place
             row_starts += first
+            row_lengths = spans
             padding = ~mask
             stream = ids.copy()  # ids may be the caller's memory
             np.copyto(stream, -1, where=padding)  # (np.where costs more)
             stream = stream.reshape(-1)
         else:  # arbitrary holes: lay the real tokens of every row end to end
             padding = None
+            row_lengths = mask.sum(axis=1)
             stream = ids[mask]
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
@@ -103,6 +101,22 @@ def get_rope_index(
         position_ids[:, mask] = positions
     deltas = deltas.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)
+
+
+def _spans(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first real token and the span from it to its last (0 for a row of padding only): a
+    row's real tokens are contiguous iff they fill its span, so the rows all are iff the spans add up to
+    the mask's count (which is cheaper than counting each row)."""
+    length = mask.shape[1]
+    if length == 0:
+        none = np.zeros(mask.shape[0], dtype=np.int64)
+        return none, none
+    first = mask.argmax(axis=1)
+    if mask[:, -1].all():  # left padding, or none: every row runs to the end
+        return first, length - first
+    trailing = mask[:, ::-1].argmax(axis=1)
+    has_real = mask[np.arange(mask.shape[0]), first]
+    return first, np.where(has_real, length - trailing - first, 0)
 
 
 def _check_mask(attention_mask: Any, shape: tuple[int, ...]) -> np.ndarray:
