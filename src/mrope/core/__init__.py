@@ -6,8 +6,9 @@ out itself (:class:`ItemBlocks`, the Omni thinkers). :func:`place` gives every b
 and says where text resumes after it (the conventions live there only); :func:`build_segments` turns
 the placed blocks into a small table of segments (:mod:`.segments`: the fields and the render formula,
 each written once) with the one :class:`SegmentBuilder`, and :func:`render_all` / :func:`render`
-compute positions for any token indices from that table. :mod:`.one_row` is the fast path of one prompt
-with a few blocks.
+compute positions for any token indices from that table (:mod:`.compiled`, where numba imports: the
+same render of a long stream in one pass). :mod:`.one_row` is the fast path of one prompt with a few
+blocks.
 """
 
 from .blocks import BlockRow, Blocks, locate_items
