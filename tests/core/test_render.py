@@ -93,14 +93,14 @@ def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
     numpy below it and under ``MROPE_NUMBA=0``."""
     require("numba")
     calls = []
-    kernel = render_module.compiled()
+    kernel = render_module.compiled_render()
     assert kernel is not None
 
     def spy(*args):
         calls.append(args[3])
         return kernel(*args)
 
-    monkeypatch.setattr(render_module, "compiled", lambda: spy)
+    monkeypatch.setattr(render_module, "compiled_render", lambda: spy)
     stream = Stream(
         np.array([0]), np.array([COMPILED_FROM]), COMPILED_FROM, _blocks([5], [2], [3], [4], [1.0])
     )
@@ -112,7 +112,7 @@ def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
     assert calls == [COMPILED_FROM], "a short table takes the numpy passes"
     monkeypatch.undo()
     monkeypatch.setenv("MROPE_NUMBA", "0")
-    assert render_module.compiled() is None
+    assert render_module.compiled_render() is None
 
 
 def test_compiled_cache_matches_what_it_bakes_in() -> None:

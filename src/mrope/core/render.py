@@ -16,6 +16,7 @@ each rounded once from the exact float64 sum, as transformers' float32 arithmeti
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -67,23 +68,21 @@ _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
 #: from this many tokens ``render_all`` takes the compiled render where it may (below it the numpy passes
 #: cost a few tens of microseconds, and a short call never imports numba)
 COMPILED_FROM = 1 << 12
-_UNLOADED: Any = object()
-_compiled_render: Any = _UNLOADED
 
 
-def compiled() -> Any:
+@functools.cache
+def _load_render_table() -> Any:
+    try:
+        from .compiled import render_table
+    except ImportError:  # numba missing, or not built for this numpy
+        return None
+    return render_table
+
+
+def compiled_render() -> Any:
     """:func:`mrope.core.compiled.render_table`, or ``None`` where numba does not import or
     ``MROPE_NUMBA=0`` (the import is tried once per process)."""
-    global _compiled_render
-    if not numba_allowed():
-        return None
-    if _compiled_render is _UNLOADED:
-        try:
-            from .compiled import render_table
-        except ImportError:  # numba missing, or not built for this numpy
-            render_table = None
-        _compiled_render = render_table
-    return _compiled_render
+    return _load_render_table() if numba_allowed() else None
 
 
 def render_all(
@@ -100,7 +99,7 @@ def render_all(
     if out is None:
         out = np.empty((3, table.length), dtype=np.int64)
     if use_compiled is None:
-        kernel = compiled() if table.length >= COMPILED_FROM else None
+        kernel = compiled_render() if table.length >= COMPILED_FROM else None
     elif use_compiled:
         from .compiled import render_table as kernel
     else:
