@@ -195,9 +195,9 @@ def _watch_newer_runner() -> None:
 
 
 def guard_engine_start() -> None:
-    """Keep vLLM's engine start working once numba is loaded (mrope's compiled step uses it);
-    :func:`enable` calls it, and a process that uses :class:`PositionTable` beside vLLM without the
-    plugin can call it too (idempotent).
+    """Keep vLLM's engine start working once numba is loaded (mrope's compiled step and render use
+    it); :func:`enable` calls it, and a process that uses :class:`PositionTable` or
+    :func:`mrope.get_rope_index` beside vLLM without the plugin can call it too (idempotent).
 
     At every engine start vLLM 0.32 rebinds Triton kernels by scanning every module's objects with
     ``vars(obj).get("kernel")``; llvmlite's ``ffi.lib`` (loaded with numba) answers ``vars()`` with a
