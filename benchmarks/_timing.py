@@ -55,6 +55,25 @@ def evict_caches() -> None:
     int(_EVICTION[0][::64].sum())
 
 
+def cuda_event_seconds(fn: Callable[[], Any], repeats: int, *, warmup: int = 1) -> list[float]:
+    """Seconds per call of ``fn`` on the current CUDA device, CUDA events around each call (``warmup``
+    calls first, then a synchronize)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return samples
+
+
 def time_interleaved(fns: dict[str, Callable[[], Any]], *, quick: bool = False) -> dict[str, list[float]]:
     """Seconds per call of each function, measured in alternating rounds so that a change in machine
     load during the run affects every function alike.

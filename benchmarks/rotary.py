@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import main
-from _timing import format_table, median_us, time_interleaved, write_json
+from _timing import cuda_event_seconds, format_table, median_us, time_interleaved, write_json
 
 # name: (num_q_heads, num_kv_heads, head_size, mrope_section, layout, rope_theta)
 MODELS = {
@@ -54,25 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     parser.add_argument("--threads", type=int, default=1, help="torch threads on the CPU (default 1)")
-
-
-def _cuda_timer(torch: Any, repeats: int) -> Callable[[dict[str, Callable]], dict[str, list[float]]]:
-    def cuda_time(fns: dict[str, Callable]) -> dict[str, list[float]]:
-        samples: dict[str, list[float]] = {}
-        for name, fn in fns.items():
-            fn()
-            torch.cuda.synchronize()
-            samples[name] = []
-            for _ in range(repeats):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end) / 1e3)
-        return samples
-
-    return cuda_time
 
 
 def prompt_positions(torch: Any, num_tokens: int) -> Any:
@@ -207,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
         timer = lambda fns: time_interleaved(fns, quick=args.quick)  # noqa: E731
     else:
-        timer = _cuda_timer(torch, 10 if args.quick else 50)
+        repeats = 10 if args.quick else 50
+        timer = lambda fns: {name: cuda_event_seconds(fn, repeats) for name, fn in fns.items()}  # noqa: E731
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     rows, results = [], []
     with torch.no_grad():

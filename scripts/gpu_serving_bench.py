@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +31,13 @@ from mrope import from_config
 from mrope.serving import PositionTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _timing import cuda_event_seconds, median_us  # noqa: E402
 from step import IMAGE_GRID, QWEN2_5_VL_3B  # noqa: E402
 
 
-def cuda_time(fn, iters: int = 200) -> float:
+def cuda_time(fn: Callable[[], object], iters: int = 200) -> float:
     """Median microseconds per call, CUDA events around each call."""
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return float(np.median(times))
+    return median_us(cuda_event_seconds(fn, iters, warmup=10))
 
 
 def run_case(table: PositionTable, kind: str, n: int, length: int) -> tuple:
