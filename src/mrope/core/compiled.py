@@ -22,7 +22,6 @@ import hashlib
 import inspect
 
 import numba
-import numpy as np
 
 from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
 
@@ -64,8 +63,7 @@ def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
     n = data.shape[1]
     for s in range(n):
         start = data[START, s]
-        end = data[START, s + 1] if s + 1 < n else np.int64(length)
-        end = min(end, np.int64(length))
+        end = min(data[START, s + 1], length) if s + 1 < n else length
         if end > start:
             write_run(
                 out,
