@@ -11,6 +11,13 @@ module defines the two schemas, when they are missing, just before torchvision i
 
 It does not import torch at start-up: a finder on ``sys.meta_path`` waits for the first
 ``import torchvision`` (processes that never import it pay nothing).
+
+vLLM's Model Runner V2 (``vllm/v1/worker/gpu/``) runs on this CPU only where Triton has a ``"cpu"``
+backend, which the PyPI Triton lacks. Unless ``MROPE_VLLM_TRITON_CPU=0``, a second finder waits for the
+first ``import vllm`` and, before vLLM looks at Triton, sets ``TRITON_INTERPRET=1`` and registers a
+``"cpu"`` backend whose driver is active: vLLM then chooses V2 by its own defaults (as on a GPU) and
+runs its Triton kernels in Triton's interpreter on CPU tensors. ``VLLM_USE_V2_MODEL_RUNNER=0`` still
+selects the V1 runner.
 """
 
 from __future__ import annotations
@@ -78,16 +85,71 @@ class _BeforeTorchvision(importlib.abc.MetaPathFinder):
 _FINDER = _BeforeTorchvision()
 
 
+def register_triton_cpu() -> bool:
+    """Triton's interpreter and a ``"cpu"`` backend entry whose driver is active, so that vLLM finds
+    Triton usable on this CPU (see the module docstring); whether the entry was added."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    from triton.backends import Backend, backends
+    from triton.backends.compiler import BaseBackend
+    from triton.backends.driver import DriverBase
+
+    if "cpu" in backends:
+        return False
+
+    class _InterpreterDriver(DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def get_current_target(self):  # the interpreter compiles nothing
+            raise RuntimeError("Triton's interpreter has no target")
+
+        def get_active_torch_device(self):
+            import torch
+
+            return torch.device("cpu")
+
+        def get_benchmarker(self):
+            raise RuntimeError("no benchmarker under Triton's interpreter")
+
+    backends["cpu"] = Backend(compiler=BaseBackend, driver=_InterpreterDriver)
+    return True
+
+
+class _BeforeVllm(importlib.abc.MetaPathFinder):
+    """Runs :func:`register_triton_cpu` once, when ``vllm`` is first looked up, then steps aside."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "vllm":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        try:
+            register_triton_cpu()
+        except Exception as error:  # never break an import over the fix-up
+            print(f"_mrope_vllm_env: could not register Triton's CPU backend: {error!r}", file=sys.stderr)
+        return None
+
+
+_VLLM_FINDER = _BeforeVllm()
+
+
 def _uninstall() -> None:
     with contextlib.suppress(ValueError):
         sys.meta_path.remove(_FINDER)
 
 
 def install() -> None:
-    """Put the finder first on ``sys.meta_path`` (once); a no-op if torchvision is already imported."""
-    if "torchvision" in sys.modules or _FINDER in sys.meta_path:
-        return
-    sys.meta_path.insert(0, _FINDER)
+    """Put the finders first on ``sys.meta_path`` (once); each is a no-op if its module is already
+    imported."""
+    if "torchvision" not in sys.modules and _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    if (
+        os.environ.get("MROPE_VLLM_TRITON_CPU", "1") != "0"
+        and "vllm" not in sys.modules
+        and _VLLM_FINDER not in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _VLLM_FINDER)
 
 
 if os.environ.get("MROPE_VLLM_ENV_FIX", "1") != "0":

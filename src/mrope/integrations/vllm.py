@@ -34,6 +34,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from .._errors import MRopeError
 from ..families import Family, from_config
 from ..serving import PositionTable
 from ._vllm_inputs import VLLM_SETTINGS, inputs_from_mm_features, unsupported_reason
+from ._vllm_v2 import TableRopeState
 
 #: vLLM releases whose V1 model runner internals this module was written against and tested with
 SUPPORTED_VERSIONS = ("0.32.0",)
@@ -58,9 +60,30 @@ _STAT_NAMES = (
     "checked_steps",  # check mode: steps compared with vLLM's own path
     "fallback_requests",  # requests whose positions vLLM's own path computed
     "fallback_steps",  # steps written by vLLM's own path in a patched runner
+    "fallback_runners",  # V2 model runners whose model mrope does not serve (vLLM's RopeState)
 )
-_stats = dict.fromkeys(_STAT_NAMES, 0)
-_enabled: dict[str, Any] = {}  # "mode", and the originals of every patched method
+_stats: dict[str, Any] = dict.fromkeys(_STAT_NAMES, 0)
+_stats["runner"] = None  # the model runner served last: "v1", "v2" (None before any)
+_enabled: dict[str, Any] = {}  # "mode"
+
+
+@dataclass(frozen=True)
+class _Patch:
+    """One patched attribute: ``owner.name`` was ``original`` (a class's method or a module's function)."""
+
+    owner: Any
+    name: str
+    original: Callable[..., Any]
+
+
+_patches: dict[Callable[..., Any], _Patch] = {}  # mrope's replacement -> what it replaced
+
+
+def _original(patched: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's original of one of mrope's replacements."""
+    return _patches[patched].original
+
+
 _runners: weakref.WeakSet[Any] = weakref.WeakSet()  # runners holding mrope state
 
 
@@ -95,13 +118,16 @@ def enable(mode: str = "mrope") -> None:
         (batch_cls, "swap_states"): _swap_states,
         (batch_cls, "condense"): _condense,
     }
+    v2 = _v2_targets()
+    if v2 is not None:
+        default_module, model_state_cls = v2
+        originals[(default_module, "get_rope_state")] = _get_rope_state
+        originals[(model_state_cls, "add_request")] = _model_state_add_request
     _enabled["mode"] = mode
-    for (cls, name), patched in originals.items():
-        original = cls.__dict__[name]
-        _enabled[name] = original
-        setattr(cls, name, functools.wraps(original)(patched))
-    _enabled["classes"] = [key for key in originals]
-    _watch_newer_runner()
+    for (owner, name), patched in originals.items():
+        original = vars(owner)[name]
+        _patches[patched] = _Patch(owner, name, original)
+        setattr(owner, name, functools.wraps(original)(patched))
     guard_engine_start()
 
 
@@ -110,9 +136,10 @@ def disable() -> None:
     positions now, so they go on with vLLM's path."""
     if not _enabled:
         return
-    for cls, name in _enabled["classes"]:
-        setattr(cls, name, _enabled[name])
-    init = _enabled["_init_mrope_positions"]
+    init = _original(_init_mrope_positions)
+    for patch in _patches.values():
+        setattr(patch.owner, patch.name, patch.original)
+    _patches.clear()
     for runner in list(_runners):
         state = runner.__dict__.pop("_mrope", None)
         if state is not None:
@@ -125,16 +152,17 @@ def is_enabled() -> str | None:
     return _enabled.get("mode")
 
 
-def stats() -> dict[str, int]:
+def stats() -> dict[str, Any]:
     """This process's counters (see the module docstring): admitted, removed, steps, checked_steps,
-    fallback_requests, fallback_steps. In vLLM's default multiprocessing the runner lives in the
+    fallback_requests, fallback_steps, fallback_runners, and ``runner``: the model runner served last
+    (``"v1"``, ``"v2"``, None before any). In vLLM's default multiprocessing the runner lives in the
     engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller."""
     return dict(_stats)
 
 
 def reset_stats() -> None:
-    """Zero this process's counters."""
-    for name in _stats:
+    """Zero this process's counters (``runner`` stays)."""
+    for name in _STAT_NAMES:
         _stats[name] = 0
 
 
@@ -171,27 +199,15 @@ def _vllm_classes() -> tuple[type, type]:
     return GPUModelRunner, InputBatch
 
 
-def _watch_newer_runner() -> None:
-    """Log once where vLLM builds its newer model runner (``vllm/v1/worker/gpu/``), which mrope
-    does not patch: positions there stay vLLM's."""
+def _v2_targets() -> tuple[Any, type] | None:
+    """Model Runner V2's model-state module (whose ``get_rope_state`` builds the M-RoPE state) and its
+    ``DefaultModelState``; None where this platform cannot import them (V2 cannot run there either)."""
     try:
-        from vllm.v1.worker.gpu.model_runner import GPUModelRunner as NewerRunner
-    except Exception:  # the module needs what this platform may lack; nothing to watch then
-        return
-    original = NewerRunner.__dict__["__init__"]
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if _enabled:
-            logger.warning(
-                "mrope: vLLM runs its newer model runner (vllm/v1/worker/gpu/), which mrope does not "
-                "patch; its M-RoPE positions stay vLLM's (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)"
-            )
-        original(self, *args, **kwargs)
-
-    _enabled["classes"].append((NewerRunner, "__init__"))
-    _enabled["__init__"] = original
-    NewerRunner.__init__ = __init__
+        from vllm.v1.worker.gpu.model_states import default
+    except Exception as error:
+        logger.info("mrope: vLLM's Model Runner V2 does not import here (%s); only V1 is served", error)
+        return None
+    return default, default.DefaultModelState
 
 
 def guard_engine_start() -> None:
@@ -288,7 +304,7 @@ class _RunnerState:
     def deactivate(self, runner: Any, reason: str) -> None:
         """Hand this runner to vLLM's own path for good (a request mrope cannot serve)."""
         logger.warning("mrope: %s; this model runner uses vLLM's own M-RoPE path from now on", reason)
-        self.release(runner, _enabled["_init_mrope_positions"])
+        self.release(runner, _original(_init_mrope_positions))
         self.table = None
 
     def release(self, runner: Any, vllm_init: Callable[[Any, Any], None]) -> None:
@@ -319,7 +335,7 @@ def _runner_state(runner: Any) -> _RunnerState:
     if state is not None and state.batch is runner.input_batch:
         return state
     if state is not None:  # vLLM rebuilt its persistent batch (before serving): start again
-        state.release(runner, _enabled["_init_mrope_positions"])
+        state.release(runner, _original(_init_mrope_positions))
     family, reason = None, None
     if getattr(runner, "is_multimodal_pruning_enabled", False):
         reason = "multimodal pruning rewrites positions after the encoder"
@@ -336,6 +352,7 @@ def _runner_state(runner: Any) -> _RunnerState:
     state = _RunnerState(runner, family)
     runner._mrope = state
     _runners.add(runner)
+    _stats["runner"] = "v1"
     return state
 
 
@@ -353,7 +370,7 @@ def _init_mrope_positions(self: Any, req_state: Any) -> None:
     """Admission: register the request in the runner's table (check mode: vLLM's positions too)."""
     state = _runner_state(self)
     if not state.active or _enabled["mode"] == "check":
-        _enabled["_init_mrope_positions"](self, req_state)
+        _original(_init_mrope_positions)(self, req_state)
         if not state.active:
             _stats["fallback_requests"] += 1
             return
@@ -362,7 +379,7 @@ def _init_mrope_positions(self: Any, req_state: Any) -> None:
     except MRopeError as error:
         if _enabled["mode"] == "check":
             raise MRopeError(f"mrope check: request {req_state.req_id!r} refused: {error}") from error
-        _enabled["_init_mrope_positions"](self, req_state)
+        _original(_init_mrope_positions)(self, req_state)
         try:  # positions mrope would not compute but can still serve
             state.admit_positions(req_state)
         except MRopeError:
@@ -378,7 +395,7 @@ def _prepare_inputs(self: Any, scheduler_output: Any, num_scheduled_tokens: np.n
     state = self.__dict__.get("_mrope")
     if state is not None:
         state.num_scheduled = num_scheduled_tokens
-    return _enabled["_prepare_inputs"](self, scheduler_output, num_scheduled_tokens, *args)
+    return _original(_prepare_inputs)(self, scheduler_output, num_scheduled_tokens, *args)
 
 
 def _calc_mrope_positions(self: Any, scheduler_output: Any) -> None:
@@ -386,7 +403,7 @@ def _calc_mrope_positions(self: Any, scheduler_output: Any) -> None:
     state = self.__dict__.get("_mrope")
     if state is None or not state.active:
         _stats["fallback_steps"] += 1
-        return _enabled["_calc_mrope_positions"](self, scheduler_output)
+        return _original(_calc_mrope_positions)(self, scheduler_output)
     batch = self.input_batch
     num_reqs = batch.num_reqs
     state.step += 1
@@ -403,7 +420,7 @@ def _calc_mrope_positions(self: Any, scheduler_output: Any) -> None:
 
 def _check_step(runner: Any, state: _RunnerState, scheduler_output: Any, num_reqs: int) -> None:
     """vLLM's own step, then mrope's into a scratch buffer; the first differing column raises."""
-    _enabled["_calc_mrope_positions"](runner, scheduler_output)
+    _original(_calc_mrope_positions)(runner, scheduler_output)
     expected = runner.mrope_positions.np
     computed = runner.input_batch.num_computed_tokens_cpu[:num_reqs]
     scheduled = state.num_scheduled
@@ -429,12 +446,12 @@ def _on_request_state_removed(self: Any, req_id: str, req_state: Any) -> None:
     state = self.__dict__.get("_mrope")
     if state is not None and state.active:
         state.forget(req_id)
-    return _enabled["_on_request_state_removed"](self, req_id, req_state)
+    return _original(_on_request_state_removed)(self, req_id, req_state)
 
 
 def _add_request(self: Any, request: Any) -> int:
     """Persistent batch: a request (new or resumed) took index ``index``."""
-    index = _enabled["add_request"](self, request)
+    index = _original(_add_request)(self, request)
     state = self.__dict__.get("_mrope")
     if state is not None:
         slot = state.slot_of.get(request.req_id)
@@ -448,7 +465,7 @@ def _add_request(self: Any, request: Any) -> int:
 
 
 def _swap_states(self: Any, i1: int, i2: int) -> None:
-    _enabled["swap_states"](self, i1, i2)
+    _original(_swap_states)(self, i1, i2)
     state = self.__dict__.get("_mrope")
     if state is not None:
         slots = state.batch_slots
@@ -459,10 +476,68 @@ def _condense(self: Any) -> None:
     """Requests moved down into the indices freed this step: read their slots again."""
     state = self.__dict__.get("_mrope")
     if state is None:
-        return _enabled["condense"](self)
+        return _original(_condense)(self)
     emptied = list(self.batch_update_builder.removed)
-    _enabled["condense"](self)
+    _original(_condense)(self)
     num_reqs = self.num_reqs
     for index in emptied:
         if index < num_reqs:
             state.batch_slots[index] = state.slot_of.get(self.req_ids[index], -1)
+
+
+# -- Model Runner V2 ---------------------------------------------------------------------------------
+def _get_rope_state(
+    model_config: Any, model: Any, max_num_reqs: int, max_num_tokens: int, max_model_len: int, device: Any
+) -> Any:
+    """V2's ``get_rope_state``: mrope's :class:`TableRopeState` where mrope serves the model, vLLM's
+    ``RopeState`` otherwise (logged, counted in ``fallback_runners``)."""
+    original = _original(_get_rope_state)
+
+    def vllm_state() -> Any:
+        return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
+
+    if not getattr(model_config, "uses_mrope", False):
+        return vllm_state()
+    _stats["runner"] = "v2"
+    try:
+        reason = _v2_unsupported_reason(model_config, model)
+        family = None
+        if reason is None:
+            family = from_config(model_config.hf_config, **VLLM_SETTINGS)
+            reason = unsupported_reason(family)
+        if reason is None:
+            return TableRopeState(
+                family,
+                vllm_state,
+                is_enabled,
+                _stats,
+                num_dims=model_config.mrope_num_dims,
+                max_num_reqs=max_num_reqs,
+                max_num_tokens=max_num_tokens,
+                max_model_len=max_model_len,
+                device=device,
+            )
+    except Exception as error:  # nothing mrope does may fail the engine
+        reason = str(error)
+    logger.warning("mrope: %s; vLLM's own M-RoPE state serves this model runner (V2)", reason)
+    _stats["fallback_runners"] += 1
+    return vllm_state()
+
+
+def _v2_unsupported_reason(model_config: Any, model: Any) -> str | None:
+    """Why a V2 runner keeps vLLM's ``RopeState`` before the family is looked at (None: nothing)."""
+    num_dims = getattr(model_config, "mrope_num_dims", 3)
+    if num_dims != 3:
+        return f"the model has {num_dims} M-RoPE position rows (mrope serves 3)"
+    multimodal = getattr(model_config, "multimodal_config", None)
+    if multimodal is not None and multimodal.is_multimodal_pruning_enabled():
+        return "video token pruning (EVS) reads and rewrites the stored positions"
+    return None
+
+
+def _model_state_add_request(self: Any, req_index: int, new_req_data: Any) -> None:
+    """V2's ``DefaultModelState.add_request``: names the request index for check mode's messages."""
+    state = getattr(self, "rope_state", None)
+    if isinstance(state, TableRopeState):
+        state.name_request(req_index, new_req_data.req_id)
+    return _original(_model_state_add_request)(self, req_index, new_req_data)

@@ -1,0 +1,269 @@
+"""mrope's M-RoPE state for vLLM's Model Runner V2 (``vllm/v1/worker/gpu/``): ``RopeState``'s interface
+over a :class:`mrope.PositionTable`.
+
+vLLM's ``RopeState`` (``vllm/v1/worker/gpu/mm/rope.py``) stores every prompt token's positions in a
+``(max_num_reqs * 3, max_model_len)`` int32 buffer of pinned host memory (3 GiB at 1024 requests of
+262,144 tokens, in every worker) and fills it at admission from the model's Python
+``get_mrope_input_positions`` and a ``.tolist()`` per row. :class:`TableRopeState` keeps the placed
+segments instead (O(images + frames) per request), admits from the prompt ids and the features' grids
+and offsets, and writes each step's positions with one :meth:`PositionTable.fill_ragged` from the
+runner's own tensors: one Triton launch on a GPU (no host synchronization, no host-to-device copy per
+step), the compiled or numpy step on vLLM's CPU runner.
+
+What the state does when it cannot serve (the engine never fails because of mrope, check mode aside):
+
+- a request whose inputs mrope refuses (any exception) gets vLLM's positions for it
+  (``get_mrope_input_positions``) registered in the table, logged and counted;
+- positions the table cannot hold (not text runs and vision frames), or :func:`disable`: the state
+  *hands over*: vLLM's ``RopeState`` is built, every live request's positions rendered into it, and
+  from then on every call goes to it.
+
+``mode() == "check"``: vLLM's ``RopeState`` runs beside the table (admission and step); after each step
+the two are compared and a difference raises :class:`MRopeError` naming the request, the step, the
+column and both values. vLLM's positions are the ones used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..families import Family
+from ..serving import PositionTable
+from ._vllm_inputs import inputs_from_mm_features
+
+logger = logging.getLogger("mrope.integrations.vllm")
+
+
+class TableRopeState:
+    """vLLM's ``RopeState`` interface over a :class:`PositionTable` keyed by vLLM's request index.
+
+    Parameters
+    ----------
+    family : the model's family (``from_config(hf_config, **VLLM_SETTINGS)``)
+    vllm_state : builds vLLM's own ``RopeState`` (for check mode and a hand-over), called with no argument
+    mode : returns the integration's current mode: ``"mrope"``, ``"check"`` or None (disabled)
+    stats : the integration's counters, updated in place
+    num_dims, max_num_reqs, max_num_tokens, max_model_len, device : as vLLM's ``RopeState``
+    """
+
+    def __init__(
+        self,
+        family: Family,
+        vllm_state: Callable[[], Any],
+        mode: Callable[[], str | None],
+        stats: MutableMapping[str, Any],
+        *,
+        num_dims: int,
+        max_num_reqs: int,
+        max_num_tokens: int,
+        max_model_len: int,
+        device: Any,
+    ) -> None:
+        import torch
+
+        self.family = family
+        self.num_dims = num_dims
+        self.max_num_reqs = max_num_reqs
+        self.max_num_tokens = max_num_tokens
+        self.max_model_len = max_model_len
+        self.device = torch.device(device)
+        self._make_vllm_state = vllm_state
+        self._mode = mode
+        self._stats = stats
+        on_host = self.device.type == "cpu"
+        self.table = PositionTable(max_num_reqs, device="cpu" if on_host else self.device)
+        # one dummy column past max_num_tokens, as vLLM's (a non-contiguous slice for torch.compile)
+        self.positions = torch.zeros((num_dims, max_num_tokens + 1), dtype=torch.int64, device=self.device)
+        self._out = self.positions.numpy() if on_host else self.positions
+        self.vllm: Any = None  # vLLM's RopeState: check mode, or everything after a hand-over
+        self.handed_over = False
+        self.req_ids: dict[int, str] = {}  # request index -> vLLM's request id (for messages)
+        self.step = 0
+        self._staged = False  # check mode: vLLM's state has writes to apply
+        if on_host:  # compile (or load) the step for vLLM's array types now, not at the first step
+            none = np.zeros(0, dtype=np.int32)
+            self.table.fill(self._out, none, none, none)
+
+    # -- vLLM's RopeState interface ---------------------------------------------------------------
+    def init_prefill_positions(
+        self, req_idx: int, model: Any, prefill_token_ids: list[int], mm_features: list
+    ) -> None:
+        """Admission (also of a preempted request, whose prefill ids are prompt + generated)."""
+        if self._follow_mode():
+            return self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
+        if self.vllm is not None:  # check mode: vLLM's positions too
+            self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
+            self._staged = True
+        if req_idx in self.table:
+            self.table.remove(req_idx)  # vLLM has no remove hook: the next admission overwrites
+        try:
+            inputs = inputs_from_mm_features(self.family, mm_features)
+            self.table.add(req_idx, self.family, prefill_token_ids, **inputs)
+        except Exception as error:
+            if self.vllm is not None:
+                raise MRopeError(f"mrope check: request {self._name(req_idx)} refused: {error}") from error
+            self._admit_vllm_positions(req_idx, model, prefill_token_ids, mm_features, error)
+            return
+        self._stats["admitted"] += 1
+
+    def apply_staged_writes(self) -> None:
+        if self.vllm is not None and (self.handed_over or self._staged):
+            self.vllm.apply_staged_writes()
+            self._staged = False
+
+    def get_positions(self, num_tokens: int) -> Any:
+        if self.vllm is not None:  # check mode uses vLLM's positions; a hand-over, everything
+            return self.vllm.get_positions(num_tokens)
+        return self.positions[:, :num_tokens]
+
+    def prepare_positions(
+        self, idx_mapping: Any, query_start_loc: Any, prefill_lens: Any, num_computed_tokens: Any
+    ) -> None:
+        """Each step: the positions of every scheduled token in ``positions[:, :N]``, one call."""
+        step = (idx_mapping, query_start_loc, prefill_lens, num_computed_tokens)
+        if self._follow_mode():
+            self._stats["fallback_steps"] += 1
+            return self.vllm.prepare_positions(*step)
+        self.step += 1
+        try:
+            self.table.fill_ragged(self._out, idx_mapping, query_start_loc, num_computed_tokens)
+        except Exception as error:
+            if self.vllm is not None:
+                raise MRopeError(f"mrope check: step {self.step}: {error}") from error
+            self.hand_over(f"step {self.step}: {error}")
+            self._stats["fallback_steps"] += 1
+            return self.vllm.prepare_positions(*step)
+        self._stats["steps"] += 1
+        if self.vllm is not None:
+            self.vllm.prepare_positions(*step)
+            self._compare(idx_mapping, query_start_loc, num_computed_tokens)
+
+    def read_prefill_positions(self, req_idx: int, length: int) -> Any:
+        """Video token pruning's read (never reached: pruning keeps vLLM's own state)."""
+        self.hand_over("video token pruning reads stored positions")
+        return self.vllm.read_prefill_positions(req_idx, length)
+
+    def update_prefill_positions(self, req_idx: int, positions: Any, delta: int) -> None:
+        self.hand_over("video token pruning rewrites stored positions")
+        self.vllm.update_prefill_positions(req_idx, positions, delta)
+
+    # -- the integration's side -------------------------------------------------------------------
+    def name_request(self, req_idx: int, req_id: str) -> None:
+        """Remember vLLM's request id of a request index (for check mode's messages)."""
+        self.req_ids[req_idx] = req_id
+
+    def hand_over(self, reason: str) -> None:
+        """vLLM's own ``RopeState`` from now on, holding every live request's positions (rendered from
+        the table, which equal vLLM's)."""
+        if self.handed_over:
+            return
+        logger.warning("mrope: %s; this model runner uses vLLM's own M-RoPE path from now on", reason)
+        if self.vllm is None:
+            self.vllm = self._vllm_with_live_requests()
+        self.handed_over = True
+        self.table = None
+
+    def nbytes(self) -> int:
+        """Bytes of position state this object holds (the table's pool and per-slot info, the step's
+        output buffer; vLLM's state where it holds one)."""
+        return tensor_bytes(self)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _follow_mode(self) -> bool:
+        """Bring the state in line with the integration's mode; True when vLLM's state serves."""
+        if self.handed_over:
+            return True
+        mode = self._mode()
+        if mode is None:
+            self.hand_over("mrope's vLLM integration was disabled")
+            return True
+        if mode == "check" and self.vllm is None:
+            self.vllm = self._vllm_with_live_requests()
+        elif mode == "mrope" and self.vllm is not None:
+            self.vllm = None  # its buffer goes; check mode builds it again
+        return False
+
+    def _admit_vllm_positions(
+        self, req_idx: int, model: Any, ids: list[int], mm_features: list, error: Exception
+    ) -> None:
+        """A request mrope refused: vLLM's positions for it, held by the table (or a hand-over)."""
+        self._stats["fallback_requests"] += 1
+        try:
+            positions, delta = model.get_mrope_input_positions(ids, mm_features)
+            self.table.add_positions(req_idx, positions, int(delta))
+        except Exception as second:
+            self.hand_over(f"request {self._name(req_idx)}: {error}; its vLLM positions: {second}")
+            self.vllm.init_prefill_positions(req_idx, model, ids, mm_features)
+            return
+        logger.warning("mrope: request %s: %s; serving vLLM's positions for it", self._name(req_idx), error)
+
+    def _vllm_with_live_requests(self) -> Any:
+        """vLLM's ``RopeState`` holding the positions and deltas of every request in the table."""
+        state = self._make_vllm_state()
+        table = self.table
+        for slot in range(self.max_num_reqs):
+            if slot not in table:
+                continue
+            length = table.prompt_length(slot)
+            rows = np.empty((3, length), dtype=np.int64)
+            table.fill(rows, np.array([slot]), np.zeros(1, dtype=np.int64), np.array([length]))
+            state.prefill_delta.np[slot] = table.delta(slot)
+            for row in range(self.num_dims):
+                state.prefill_positions.stage_write(self.num_dims * slot + row, 0, rows[row].tolist())
+        state.apply_staged_writes()
+        return state
+
+    def _compare(self, idx_mapping: Any, query_start_loc: Any, num_computed_tokens: Any) -> None:
+        """Check mode: mrope's step against vLLM's (synchronizes); the first differing column raises."""
+        num_reqs = int(idx_mapping.shape[0])
+        starts = query_start_loc[: num_reqs + 1].cpu().numpy().astype(np.int64)
+        num = int(starts[-1])
+        ours = self.positions[:, :num].cpu().numpy()
+        theirs = self.vllm.positions[:, :num].cpu().numpy()
+        differ = np.flatnonzero((ours != theirs).any(axis=0))
+        self._stats["checked_steps"] += 1
+        if not differ.size:
+            return
+        column = int(differ[0])
+        i = int(np.searchsorted(starts, column, side="right")) - 1
+        slot = int(idx_mapping[i])
+        index = int(num_computed_tokens[slot]) + column - int(starts[i])
+        raise MRopeError(
+            f"mrope check: request {self._name(slot)}, step {self.step}: column {column} (sequence index "
+            f"{index}) has t, h, w = {ours[:, column].tolist()} from mrope, {theirs[:, column].tolist()} "
+            "from vLLM"
+        )
+
+    def _name(self, req_idx: int) -> str:
+        req_id = self.req_ids.get(req_idx)
+        return f"{req_id!r} (index {req_idx})" if req_id is not None else f"at index {req_idx}"
+
+
+def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the distinct torch tensors and numpy arrays an object holds (its attributes, one level
+    of containers and nested objects), each storage counted once: what a state keeps alive."""
+    import torch
+
+    seen = set() if seen is None else seen
+    total = 0
+    values = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            key = value.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += value.untyped_storage().nbytes()
+        elif isinstance(value, np.ndarray):
+            base = value if value.base is None else value.base
+            if isinstance(base, np.ndarray) and id(base) not in seen:
+                seen.add(id(base))
+                total += base.nbytes
+        elif hasattr(value, "__dict__") and not isinstance(value, type) and id(value) not in seen:
+            seen.add(id(value))
+            total += tensor_bytes(value, seen)
+    return total
