@@ -37,6 +37,7 @@ from ..serving import PositionTable
 from ._vllm_inputs import inputs_from_mm_features
 
 logger = logging.getLogger("mrope.integrations.vllm")
+SEGMENTS_PER_REQUEST = 16  # the table's initial pool: entries per request slot
 
 
 class TableRopeState:
@@ -72,11 +73,15 @@ class TableRopeState:
         self.max_num_tokens = max_num_tokens
         self.max_model_len = max_model_len
         self.device = torch.device(device)
-        self._make_vllm_state = vllm_state
+        self.make_vllm_state = vllm_state
         self._mode = mode
         self._stats = stats
         on_host = self.device.type == "cpu"
-        self.table = PositionTable(max_num_reqs, device="cpu" if on_host else self.device)
+        # room for about 16 segments (images, frames) per request before the pool compacts or grows
+        capacity = SEGMENTS_PER_REQUEST * max_num_reqs
+        self.table = PositionTable(
+            max_num_reqs, device="cpu" if on_host else self.device, pool_capacity=capacity
+        )
         # one dummy column past max_num_tokens, as vLLM's (a non-contiguous slice for torch.compile)
         self.positions = torch.zeros((num_dims, max_num_tokens + 1), dtype=torch.int64, device=self.device)
         self._out = self.positions.numpy() if on_host else self.positions
@@ -204,7 +209,7 @@ class TableRopeState:
 
     def _vllm_with_live_requests(self) -> Any:
         """vLLM's ``RopeState`` holding the positions and deltas of every request in the table."""
-        state = self._make_vllm_state()
+        state = self.make_vllm_state()
         table = self.table
         for slot in range(self.max_num_reqs):
             if slot not in table:
@@ -245,14 +250,13 @@ class TableRopeState:
 
 
 def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
-    """Bytes of the distinct torch tensors and numpy arrays an object holds (its attributes, one level
-    of containers and nested objects), each storage counted once: what a state keeps alive."""
+    """Bytes of the distinct torch tensors and numpy arrays an object holds: its attributes and, through
+    attributes, the mrope and vLLM objects it holds (not functions), each storage counted once."""
     import torch
 
     seen = set() if seen is None else seen
     total = 0
-    values = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
-    for value in values:
+    for value in vars(obj).values():
         if isinstance(value, torch.Tensor):
             key = value.untyped_storage().data_ptr()
             if key not in seen:
@@ -263,7 +267,18 @@ def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
             if isinstance(base, np.ndarray) and id(base) not in seen:
                 seen.add(id(base))
                 total += base.nbytes
-        elif hasattr(value, "__dict__") and not isinstance(value, type) and id(value) not in seen:
+        elif _holds_state(value) and id(value) not in seen:
             seen.add(id(value))
             total += tensor_bytes(value, seen)
     return total
+
+
+def _holds_state(value: Any) -> bool:
+    """An instance of an mrope or vLLM class (not a function, class or module) with attributes."""
+    module = type(value).__module__
+    return (
+        module.split(".")[0] in ("mrope", "vllm")
+        and hasattr(value, "__dict__")
+        and not callable(value)
+        and not isinstance(value, type)
+    )

