@@ -75,9 +75,24 @@ def item_offsets(family, ids: list[int], videos: list[list[int]]) -> tuple[list[
     return images, [frames[f] - 1 for f in first]
 
 
-def _check_same(family, prompt, image_offsets, video_offsets, context):
+def frame_offsets(family, ids: list[int]) -> list[int]:
+    """Frame families: where each video frame's placeholders start (the runs of the frame token inside a
+    video's range, as vLLM's ``is_embed`` marks them), every video's frames in order."""
+    if layout_kind(family) == "glm":
+        starts, depth = [], 0
+        for i, token in enumerate(ids):
+            depth += (token == family.video_start_token_id) - (token == family.video_end_token_id)
+            if depth and token == family.image_token_id and ids[i - 1] != token:
+                starts.append(i)
+        return starts
+    return [s for s, _ in _runs(ids, family.video_token_id)]
+
+
+def _check_same(family, prompt, image_offsets, video_offsets, context, frames=None):
     expected, expected_delta = family.positions(prompt.input_ids, **prompt.kwargs())
     offsets = {"image_offsets": image_offsets, "video_offsets": video_offsets}
+    if frames is not None:
+        offsets["frame_offsets"] = frames
     for ids in (prompt.input_ids, np.array(prompt.input_ids, dtype=np.int64)):
         positions, delta = family.positions(ids, **prompt.kwargs("numpy"), **offsets)
         np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
@@ -107,6 +122,64 @@ def test_offsets_give_the_scanned_positions(name, compat, data):
     # one modality by offsets, the other scanned
     _check_same(family, prompt, image_offsets, None, context)
     _check_same(family, prompt, None, video_offsets, context)
+    if family.video_frames_in_prompt:  # every frame by its offset: nothing is scanned
+        frames = frame_offsets(family, prompt.input_ids)
+        _check_same(family, prompt, image_offsets, video_offsets, context, frames)
+        _check_same(family, prompt, None, video_offsets, context, np.array(frames, dtype=np.int64))
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+def test_frame_offsets_read_no_other_token(name, monkeypatch):
+    """With image, video and frame offsets, a list prompt is read at the items' and frames' first and
+    last tokens only: never converted, never scanned."""
+    family = family_of(name)
+    prompt = build_prompt(family, [text(2), Image(1, 2), Video(4, 1, 2, ((5,), (6,), (7,), (8,))), text(3)])
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    frames = frame_offsets(family, prompt.input_ids)
+    expected = family.positions(prompt.input_ids, **prompt.kwargs())
+
+    for module in (mrope.families._base, mrope.families.inputs):
+        monkeypatch.setattr(module, "to_int_array", _refuse_prompt(module.to_int_array))
+    ids = list(prompt.input_ids)
+    got = family.positions(
+        ids, **prompt.kwargs("numpy"), image_offsets=images, video_offsets=videos, frame_offsets=frames
+    )
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+
+
+def _refuse_prompt(to_int_array):
+    def checked(value, *, name, **kwargs):
+        assert name != "input_ids", "the prompt was converted"
+        return to_int_array(value, name=name, **kwargs)
+
+    return checked
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+def test_bad_frame_offsets_name_the_frame(name):
+    family = family_of(name)
+    prompt = build_prompt(family, [text(2), Video(2, 1, 1, ((5,), (6,))), text(1)])
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    frames = frame_offsets(family, prompt.input_ids)
+    kwargs = {**prompt.kwargs(), "image_offsets": images, "video_offsets": videos}
+    for bad, message in (
+        ([frames[0]], r"frame_offsets has 1 values but video_grid_thw describes 2 frames"),
+        ([frames[0], frames[1] + 1], r"frame 1 of video 0 \(video_grid_thw\[0\] = \(2, 2, 2\)\): "),
+        ([frames[0], frames[0] + 1], r"frame 1 of video 0 .* overlaps the frame before it"),
+        ([frames[0], len(prompt.input_ids)], r"frame 1 of video 0 .* outside the prompt of"),
+    ):
+        with pytest.raises(MRopeError, match=message):
+            family.positions(prompt.input_ids, **kwargs, frame_offsets=bad)
+        table = PositionTable(1)
+        with pytest.raises(MRopeError, match=message):
+            table.add(0, family, prompt.input_ids, **kwargs, frame_offsets=bad)
+        assert 0 not in table
+    with pytest.raises(MRopeError, match="frame_offsets needs video_offsets"):
+        family.positions(prompt.input_ids, **prompt.kwargs(), frame_offsets=frames)
+    one_block = family_of("qwen2_5_vl")
+    with pytest.raises(MRopeError, match="qwen2_5_vl takes no frame_offsets"):
+        one_block.positions([1, 2], image_offsets=[], video_offsets=[], frame_offsets=[])
 
 
 @pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])

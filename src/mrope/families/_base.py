@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
@@ -101,6 +102,9 @@ class Family:
     extra_inputs: ClassVar[tuple[str, ...]] = ()
     #: whether the family takes items' offsets (the Omni families locate their items in input_ids)
     takes_offsets: ClassVar[bool] = True
+    #: whether a video is one block per frame, the frames separated by timestamp text found in the prompt
+    #: (Qwen3-VL, GLM-4.1V): such a family also takes ``frame_offsets``
+    video_frames_in_prompt: ClassVar[bool] = False
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
@@ -185,6 +189,7 @@ class Family:
         video_offsets: ArrayLike | None = None,
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
+        frame_offsets: ArrayLike | None = None,
         *,
         row_starts: np.ndarray | None = None,
         row_lengths: np.ndarray | None = None,
@@ -206,18 +211,43 @@ class Family:
             image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
         )
         audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
+        video_offsets = check_offsets(video_offsets, len(videos), "video")
+        if frame_offsets is not None:
+            frame_offsets = self.check_frame_offsets(frame_offsets, videos, video_offsets)
         return RequestInputs(
             ids,
             images,
             videos,
             seconds,
             check_offsets(image_offsets, len(images), "image"),
-            check_offsets(video_offsets, len(videos), "video"),
+            video_offsets,
+            frame_offsets,
             audio_tokens,
             audio_in_video,
             row_starts,
             row_lengths,
         )
+
+    def check_frame_offsets(
+        self, frame_offsets: Any, videos: np.ndarray, video_offsets: list[int] | None
+    ) -> np.ndarray:
+        """``frame_offsets`` as an int64 array, one per video frame; only for frame families, with
+        ``video_offsets``."""
+        if not self.video_frames_in_prompt:
+            raise MRopeError(
+                f"{self.model_type} takes no frame_offsets (only families whose videos are frames "
+                "separated by timestamp text: Qwen3-VL, GLM-4.1V and their kin)"
+            )
+        if video_offsets is None:
+            raise MRopeError("frame_offsets needs video_offsets (where each video's placeholders start)")
+        offsets = to_int_array(frame_offsets, name="frame_offsets", ndim=1)
+        count = int(videos[:, 0].sum()) if len(videos) else 0
+        if offsets.shape[0] != count:
+            raise MRopeError(
+                f"frame_offsets has {offsets.shape[0]} values but video_grid_thw describes {count} frames: "
+                "one offset per frame"
+            )
+        return offsets
 
     def no_offsets_message(self) -> str:
         """The refusal of offsets by a family that does not take them."""
@@ -262,6 +292,7 @@ class Family:
         video_offsets: ArrayLike | None = None,
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
+        frame_offsets: ArrayLike | None = None,
     ) -> tuple[SegmentTable, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
@@ -276,6 +307,7 @@ class Family:
             video_offsets,
             audio_seqlens,
             use_audio_in_video,
+            frame_offsets,
         )
         return self.prompt(inputs, segments=True)
 
@@ -290,6 +322,7 @@ class Family:
         video_offsets: ArrayLike | None = None,
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
+        frame_offsets: ArrayLike | None = None,
     ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
@@ -311,9 +344,14 @@ class Family:
             kin, GLM-4.1V and its kin) find the frames in ``input_ids``; ``video_offsets[i]`` is where
             video ``i``'s placeholder range starts (at or before its first frame), and it is checked
             that each video's frames lie between its offset and the next one. The Omni families do not
-            take offsets. With both offsets given, a list ``input_ids`` is never converted to an array.
+            take offsets. With both offsets given, a list ``input_ids`` is never converted to an array
+            (but where a frame family must find its frames: give ``frame_offsets``).
         audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
         use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
+        frame_offsets : (num_frames,) int, optional, with ``video_offsets``; frame families only (Qwen3-VL,
+            GLM-4.1V and their kin): where each video frame's placeholder tokens start, every video's
+            frames in order (vLLM: the runs of ``mm_position.is_embed``). The frames are then taken from
+            them, not found in the prompt; each frame's first and last tokens are checked.
 
         Returns
         -------
@@ -337,6 +375,7 @@ class Family:
             video_offsets,
             audio_seqlens,
             use_audio_in_video,
+            frame_offsets,
         )
         return self.prompt(inputs, segments=False)
 
@@ -657,6 +696,34 @@ class Family:
             rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i]))
         return rows
 
+    def frames_at(self, ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray) -> Blocks:
+        """Frame blocks (T = 1 each) of videos whose frames' placeholders start at ``offsets`` (checked
+        by :meth:`check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
+        which the first and last must be ``token_id``; frames in order, not overlapping. O(frames) in C:
+        the prompt is not scanned (a list is read at these indices only)."""
+        grids, frame_of = split_frames(videos)
+        merged = grids // self._merge_divisor
+        num_tokens = merged[:, 1] * merged[:, 2]
+        ends = offsets + num_tokens
+        length = len(ids)
+        bad = (offsets < 0) | (ends > length)
+        bad[1:] |= offsets[1:] < ends[:-1]
+        if not bad.any() and offsets.size:
+            bad = (_take(ids, offsets) != token_id) | (_take(ids, ends - 1) != token_id)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            video, frame = (int(v) for v in frame_of[k])
+            start, end = int(offsets[k]), int(ends[k])
+            grid = tuple(videos[video].tolist())
+            raise MRopeError(
+                f"frame {frame} of video {video} (video_grid_thw[{video}] = {grid}): frame_offsets[{k}] = "
+                f"{start} puts its {end - start} placeholder tokens at [{start}, {end}), which is outside "
+                f"the prompt of {length} tokens, overlaps the frame before it, or does not start and end "
+                f"with the frame token {token_id}"
+            )
+        ones = np.ones(offsets.shape, dtype=np.int64)
+        return Blocks(offsets, ones, merged[:, 1], merged[:, 2], ones.astype(np.float32), num_tokens)
+
     def merge_items(
         self, parts: list[Blocks | list[BlockRow]], image_offsets: Any, video_offsets: Any
     ) -> Blocks | list[BlockRow]:
@@ -737,6 +804,15 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
             "one offset per item"
         )
     return values
+
+
+def _take(ids: Any, index: np.ndarray) -> np.ndarray:
+    """``ids`` at ``index`` (int64): a list is read at those indices only (in C), never converted."""
+    if isinstance(ids, np.ndarray):
+        return ids[index]
+    if index.size == 1:
+        return np.array([ids[int(index[0])]], dtype=np.int64)
+    return np.array(itemgetter(*index.tolist())(ids), dtype=np.int64)
 
 
 def as_ids(ids: Any) -> np.ndarray:

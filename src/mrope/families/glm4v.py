@@ -15,6 +15,7 @@ from .inputs import RequestInputs
 @dataclass(eq=False, repr=False, kw_only=True)
 class Glm4V(Family):
     model_types = ("glm4v", "glm4v_moe")
+    video_frames_in_prompt = True
 
     image_token_id: int
     video_start_token_id: int
@@ -71,6 +72,11 @@ class Glm4V(Family):
         if image_offsets is not None and video_offsets is not None and not video_offsets:
             images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
             return self.merge_items([images_at], image_offsets, video_offsets)
+        if image_offsets is not None and inputs.frame_offsets is not None:  # nothing to find: no scan
+            images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
+            frames = self.frames_at(ids, self.image_token_id, videos, inputs.frame_offsets)
+            self.check_video_offsets(frames, videos, video_offsets)
+            return self.merge_items([images_at, frames], image_offsets, video_offsets)
         rows = np.array([0, len(ids)], dtype=np.int64)
         image_blocks, frame_blocks = self.image_and_frame_blocks(
             as_ids(ids), rows[:1], rows[1:], images, videos

@@ -43,6 +43,9 @@ class RequestInputs(NamedTuple):
     seconds: np.ndarray | None  # (num_videos,) float64 seconds per grid step, or None (not given)
     image_offsets: list[int] | None = None  # one prompt: where each image's placeholders start
     video_offsets: list[int] | None = None
+    #: frame families (Qwen3-VL, GLM-4.1V): where each video frame's placeholders start, every video's
+    #: frames in order (int64); None: the frames are found in ``ids``
+    frame_offsets: np.ndarray | None = None
     audio_tokens: np.ndarray | None = None  # (num_audios,) int64 placeholder tokens per audio (Omni)
     use_audio_in_video: bool = False  # Omni: every video carries its audio, interleaved
     row_starts: np.ndarray | None = None  # (num_rows,) int64; None: one row

@@ -37,7 +37,7 @@ class Qwen2VL(Family):
         ids, images, videos, seconds = inputs.ids, inputs.images, inputs.videos, inputs.seconds
         image_offsets, video_offsets = inputs.image_offsets, inputs.video_offsets
         image_part = self.prompt_image_blocks(ids, images, image_offsets)
-        video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets)
+        video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets, inputs.frame_offsets)
         if not video_part and isinstance(image_part, list) and len(image_part) < 2:
             return image_part  # one image or none: nothing to order or to overlap
         return self.merge_items([image_part, video_part], image_offsets, video_offsets)
@@ -59,9 +59,15 @@ class Qwen2VL(Family):
         return self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
 
     def prompt_video_blocks(
-        self, ids: Any, videos: np.ndarray, seconds: np.ndarray | None, video_offsets: list[int] | None
+        self,
+        ids: Any,
+        videos: np.ndarray,
+        seconds: np.ndarray | None,
+        video_offsets: list[int] | None,
+        frame_offsets: np.ndarray | None,
     ) -> Blocks | list[BlockRow]:
-        """One prompt's video blocks, each video one block: at ``video_offsets``, or found in ``ids``."""
+        """One prompt's video blocks, each video one block: at ``video_offsets``, or found in ``ids``
+        (``frame_offsets`` is for frame families: None here)."""
         grids, interval = self.video_items(videos, seconds)
         if video_offsets is None:
             video_offsets = self.find_offsets(as_ids(ids), self.video_token_id, grids)

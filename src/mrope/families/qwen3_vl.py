@@ -14,6 +14,7 @@ from .qwen2_vl import Qwen2VL
 class Qwen3VL(Qwen2VL):
     model_types: ClassVar[tuple[str, ...]] = ("qwen3_vl", "qwen3_vl_moe")
     rotary_layout = "interleaved"
+    video_frames_in_prompt = True
 
     def video_blocks(
         self,
@@ -30,13 +31,22 @@ class Qwen3VL(Qwen2VL):
         )
 
     def prompt_video_blocks(
-        self, ids: Any, videos: np.ndarray, seconds: np.ndarray | None, video_offsets: list[int] | None
+        self,
+        ids: Any,
+        videos: np.ndarray,
+        seconds: np.ndarray | None,
+        video_offsets: list[int] | None,
+        frame_offsets: np.ndarray | None,
     ) -> Blocks | list[BlockRow]:
-        """The frames are found in ``ids`` (between timestamps); ``video_offsets``, if given, checked."""
+        """The frames at ``frame_offsets``, or found in ``ids`` (between timestamps); ``video_offsets``,
+        if given, checked."""
         if video_offsets is not None and not video_offsets:
             return []
-        rows = np.array([0, len(ids)], dtype=np.int64)
-        frames = self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
+        if frame_offsets is not None:
+            frames = self.frames_at(ids, self.video_token_id, videos, frame_offsets)
+        else:
+            rows = np.array([0, len(ids)], dtype=np.int64)
+            frames = self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
         if video_offsets is not None:
             self.check_video_offsets(frames, videos, video_offsets)
         return frames
