@@ -101,8 +101,11 @@ def register_triton_cpu() -> bool:
         def is_active(cls) -> bool:
             return True
 
-        def get_current_target(self):  # the interpreter compiles nothing
+        def get_current_target(self):  # the interpreter compiles nothing (callers catch RuntimeError)
             raise RuntimeError("Triton's interpreter has no target")
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            raise RuntimeError("Triton's interpreter launches no compiled kernel")
 
         def get_active_torch_device(self):
             import torch

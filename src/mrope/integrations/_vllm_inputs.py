@@ -89,8 +89,10 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     dict with ``image_grid_thw`` and ``video_grid_thw`` ((n, 3) int64 arrays, None when empty),
     ``image_offsets`` and ``video_offsets`` (lists of int: both always given, so that the prompt is not
     scanned for a modality it lacks), and for families that scale video time ``second_per_grid_ts``
-    ((num_videos,) float64 holding vLLM's float32 values; 1.0 where a video has none, as in vLLM). Items
-    are in placeholder order (by offset), as vLLM iterates them.
+    ((num_videos,) float64 holding vLLM's float32 values; 1.0 where a video has none, as in vLLM); for
+    frame families (Qwen3-VL, GLM-4.1V) ``frame_offsets`` from the videos' ``is_embed`` runs
+    (:func:`frame_offsets`), so that admission does not scan the prompt. Items are in placeholder order
+    (by offset), as vLLM iterates them.
 
     Raises
     ------
@@ -107,6 +109,7 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     seconds: list[float] = []
     image_offsets: list[int] = []
     video_offsets: list[int] = []
+    video_ranges: list[Any] = []
     features = mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset)
     for feature in features:
         modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
@@ -121,6 +124,7 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
         elif modality == "video":
             videos.append(_grid(data, "video_grid_thw", offset))
             video_offsets.append(offset)
+            video_ranges.append(feature.mm_position)
             elem = data.get("second_per_grid_ts")
             seconds.append(1.0 if elem is None else float(elem.data))
         else:
@@ -133,6 +137,10 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
         "image_offsets": image_offsets,
         "video_offsets": video_offsets,
     }
+    if family.video_frames_in_prompt and videos:
+        frames = frame_offsets(video_ranges, sum(grid[0] for grid in videos))
+        if frames is not None:
+            inputs["frame_offsets"] = frames
     if family.uses_second_per_grid_ts:
         inputs["second_per_grid_ts"] = np.array(seconds, dtype=np.float64) if videos else None
     elif any(s != 1.0 for s in seconds):
@@ -142,6 +150,24 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
             f"{family.model_type} does not scale video time"
         )
     return inputs
+
+
+def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:
+    """Where each video frame's placeholders start, from the videos' ``PlaceholderRange``s: the runs
+    of ``is_embed`` (the frame tokens vLLM's processors mark among a frame video's timestamps and
+    markers), in order. None where a range has no ``is_embed`` or the runs are not ``num_frames``
+    (the family then finds the frames in the prompt, and names what is wrong)."""
+    starts = []
+    for placeholder in ranges:
+        embed = placeholder.is_embed
+        if embed is None:
+            return None
+        mask = np.asarray(embed.numpy() if hasattr(embed, "numpy") else embed, dtype=bool)
+        first = mask.copy()
+        first[1:] &= ~mask[:-1]
+        starts.append(np.flatnonzero(first) + placeholder.offset)
+    frames = np.concatenate(starts) if len(starts) > 1 else starts[0]
+    return frames if frames.shape[0] == num_frames else None
 
 
 def _offset(feature: Any) -> int:

@@ -235,6 +235,9 @@ def check(setup: Setup, request: Request) -> None:
     expected, expected_delta = setup.vllm_positions(request.ids, request.features)
     context = f"{setup.case.model_type}: {request.describe()}"
     inputs = inputs_from_mm_features(setup.family, request.features)
+    has_video = any(f.modality == "video" for f in request.features)
+    # frame families: each frame's offset from is_embed, so that admission reads no other token
+    assert ("frame_offsets" in inputs) == (setup.family.video_frames_in_prompt and has_video), context
     for ids in (request.ids, np.array(request.ids, dtype=np.int64)):
         positions, delta = setup.family.positions(ids, **inputs)
         np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
