@@ -82,9 +82,12 @@ class TableRopeState:
         self.table = PositionTable(
             max_num_reqs, device="cpu" if on_host else self.device, pool_capacity=capacity
         )
-        # one dummy column past max_num_tokens, as vLLM's (a non-contiguous slice for torch.compile)
+        # the buffer the model reads, whoever writes it (CUDA graphs captured on it stay right): one
+        # dummy column past max_num_tokens, as vLLM's (a non-contiguous slice for torch.compile)
         self.positions = torch.zeros((num_dims, max_num_tokens + 1), dtype=torch.int64, device=self.device)
+        self._on_host = on_host
         self._out = self.positions.numpy() if on_host else self.positions
+        self._check_out: Any = None  # check mode: mrope's step goes here, vLLM's into ``positions``
         self.vllm: Any = None  # vLLM's RopeState: check mode, or everything after a hand-over
         self.handed_over = False
         self.req_ids: dict[int, str] = {}  # request index -> vLLM's request id (for messages)
@@ -122,8 +125,6 @@ class TableRopeState:
             self._staged = False
 
     def get_positions(self, num_tokens: int) -> Any:
-        if self.vllm is not None:  # check mode uses vLLM's positions; a hand-over, everything
-            return self.vllm.get_positions(num_tokens)
         return self.positions[:, :num_tokens]
 
     def prepare_positions(
@@ -135,9 +136,13 @@ class TableRopeState:
             self._stats["fallback_steps"] += 1
             return self.vllm.prepare_positions(*step)
         self.step += 1
+        out = self._out if self.vllm is None else self._scratch()
         try:
-            self.table.fill_ragged(self._out, idx_mapping, query_start_loc, num_computed_tokens)
+            self.table.fill_ragged(out, idx_mapping, query_start_loc, num_computed_tokens)
         except Exception as error:
+            if self._dummy_batch(idx_mapping):  # warm-up and capture: any positions will do
+                self.positions.zero_()
+                return
             if self.vllm is not None:
                 raise MRopeError(f"mrope check: step {self.step}: {error}") from error
             self.hand_over(f"step {self.step}: {error}")
@@ -190,7 +195,7 @@ class TableRopeState:
         if mode == "check" and self.vllm is None:
             self.vllm = self._vllm_with_live_requests()
         elif mode == "mrope" and self.vllm is not None:
-            self.vllm = None  # its buffer goes; check mode builds it again
+            self.vllm = self._check_out = None  # their buffers go; check mode builds them again
         return False
 
     def _admit_vllm_positions(
@@ -210,6 +215,7 @@ class TableRopeState:
     def _vllm_with_live_requests(self) -> Any:
         """vLLM's ``RopeState`` holding the positions and deltas of every request in the table."""
         state = self.make_vllm_state()
+        state.positions = self.positions  # one buffer: CUDA graphs captured on it read what serves
         table = self.table
         for slot in range(self.max_num_reqs):
             if slot not in table:
@@ -228,8 +234,8 @@ class TableRopeState:
         num_reqs = int(idx_mapping.shape[0])
         starts = query_start_loc[: num_reqs + 1].cpu().numpy().astype(np.int64)
         num = int(starts[-1])
-        ours = self.positions[:, :num].cpu().numpy()
-        theirs = self.vllm.positions[:, :num].cpu().numpy()
+        ours = np.asarray(self._check_out[:, :num].cpu() if not self._on_host else self._check_out[:, :num])
+        theirs = self.positions[:, :num].cpu().numpy()
         differ = np.flatnonzero((ours != theirs).any(axis=0))
         self._stats["checked_steps"] += 1
         if not differ.size:
@@ -243,6 +249,19 @@ class TableRopeState:
             f"{index}) has t, h, w = {ours[:, column].tolist()} from mrope, {theirs[:, column].tolist()} "
             "from vLLM"
         )
+
+    def _scratch(self) -> Any:
+        """Check mode's buffer for mrope's step (vLLM's step writes the one the model reads)."""
+        if self._check_out is None:
+            scratch = self.positions.clone()
+            self._check_out = scratch.numpy() if self._on_host else scratch
+        return self._check_out
+
+    def _dummy_batch(self, idx_mapping: Any) -> bool:
+        """Whether a step names a request index that holds no request: vLLM's dummy runs (warm-up,
+        profiling, CUDA graph capture) take ``arange(num_reqs)`` whatever is admitted. (The device
+        path writes 0 for such indices without failing.)"""
+        return any(int(slot) not in self.table for slot in idx_mapping.tolist())
 
     def _name(self, req_idx: int) -> str:
         req_id = self.req_ids.get(req_idx)

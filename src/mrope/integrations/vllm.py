@@ -1,26 +1,35 @@
-"""mrope inside vLLM: the V1 model runner's M-RoPE positions served by :class:`mrope.PositionTable`.
+"""mrope inside vLLM: the M-RoPE positions of both of vLLM's model runners served by a
+:class:`mrope.PositionTable`.
 
-vLLM computes a request's (3, P) prompt positions at admission with a per-model Python function and,
-every step, loops over the batch in Python to copy them (and ``index + delta`` past the prompt) into
-its position buffer. :func:`enable` replaces both in this process: admission registers the request
-in a table (O(images + frames) state, no (3, P) copy) and the step is one :meth:`PositionTable.fill`
-from the runner's own numpy arrays, with no Python per request.
+vLLM computes a request's (3, P) prompt positions at admission with a per-model Python function. Its
+V1 runner then loops over the batch in Python every step to copy them (and ``index + delta`` past the
+prompt) into its position buffer; its Model Runner V2 (the default where Triton runs) keeps them in a
+``(max_num_reqs * 3, max_model_len)`` pinned buffer (GBs) read by a Triton kernel. :func:`enable` acts
+on whichever runner vLLM builds, in this process:
 
-Patched (vLLM's ``GPUModelRunner``, which the CPU runner inherits, and its persistent ``InputBatch``):
+- V1 (``GPUModelRunner``, which the CPU runner inherits, and its persistent ``InputBatch``):
+  ``_init_mrope_positions`` (admission, resumption of a streaming request) becomes
+  ``PositionTable.add``; ``_prepare_inputs`` keeps the step's scheduled counts; ``_calc_mrope_positions``
+  (each step) is one ``fill`` into ``mrope_positions.np``; ``_on_request_state_removed`` frees the
+  request's slot (a preempted request keeps it: resumption and prefix-cache hits need nothing);
+  ``InputBatch.add_request``, ``swap_states``, ``condense`` keep the map from persistent-batch index to
+  table slot current.
+- V2 (``vllm/v1/worker/gpu/``): the ``RopeState`` that ``get_rope_state`` builds is replaced by
+  :class:`mrope.integrations._vllm_v2.TableRopeState`: no per-token buffer, admission from the ids and
+  the features' offsets, and each step one :meth:`PositionTable.fill_ragged` from the runner's tensors
+  (one Triton launch on a GPU: no host synchronization); ``DefaultModelState.add_request`` names the
+  request index for check mode's messages.
 
-- ``_init_mrope_positions`` (admission, resumption of a streaming request): ``PositionTable.add``;
-- ``_prepare_inputs``: keeps the step's scheduled counts for the position hook;
-- ``_calc_mrope_positions`` (each step): one ``fill`` into ``mrope_positions.np``;
-- ``_on_request_state_removed`` (finished): frees the request's slot. A preempted request keeps its
-  slot (vLLM keeps its state too), so resumption and prefix-cache hits need nothing;
-- ``InputBatch.add_request``, ``swap_states``, ``condense``: keep the numpy map from persistent-batch
-  index to table slot current.
+vLLM versions are accepted by what was audited, not by a version string: the source of everything of
+vLLM's the integration patches, replaces or relies on is digested (:mod:`._vllm_audit`) and must equal
+an audited release's; each model's own position code is checked the same way when a runner serves it.
 
 What falls back to vLLM's own path (logged once, counted in :func:`stats`): a model mrope does not
-know; multimodal pruning (video token pruning rewrites positions after the encoder); a request mrope
-refuses whose vLLM positions are not text runs and vision frames (from then on the whole runner uses
-vLLM's path). Speculative tokens are ordinary scheduled tokens past the prompt (``index + delta``), so
-speculative decoding needs nothing. The newer model runner (``vllm/v1/worker/gpu/``) is left alone.
+serve the way vLLM does, or whose vLLM code was not audited; multimodal pruning (video token pruning
+rewrites positions after the encoder); a V2 model with other than 3 position rows; a request mrope
+refuses is served from vLLM's positions, and where even that fails the runner hands every request to
+vLLM's path for good. Speculative tokens are ordinary scheduled tokens past the prompt (``index +
+delta``). The engine never fails because of the integration, check mode aside.
 
 ``mode="check"`` runs vLLM's own code too and compares every step, raising :class:`MRopeError` at the
 first differing column: a way to validate a model or a vLLM version before serving with mrope.
@@ -42,11 +51,13 @@ import numpy as np
 from .._errors import MRopeError
 from ..families import Family, from_config
 from ..serving import PositionTable
+from ._vllm_audit import AUDITED, RUNNER_TARGETS, family_differences, installed_digests, match
 from ._vllm_inputs import VLLM_SETTINGS, inputs_from_mm_features, unsupported_reason
 from ._vllm_v2 import TableRopeState
 
-#: vLLM releases whose V1 model runner internals this module was written against and tested with
-SUPPORTED_VERSIONS = ("0.32.0",)
+#: vLLM releases whose internals this module was audited against and tested with (by source digest:
+#: :data:`mrope.integrations._vllm_audit.AUDITED`)
+AUDITED_RELEASES = tuple(AUDITED)
 MODES = ("mrope", "check")
 #: the environment variable the entry point reads: ``1`` (or ``mrope``), ``check``; anything else: off
 ENV_VAR = "MROPE_VLLM"
@@ -99,7 +110,8 @@ def enable(mode: str = "mrope") -> None:
     Raises
     ------
     MRopeError
-        An unknown mode, vLLM not installed, or a vLLM version not in :data:`SUPPORTED_VERSIONS`.
+        An unknown mode, vLLM not installed, or a vLLM whose code the integration patches differs
+        from every audited release (:data:`AUDITED_RELEASES`; the message names what differs).
     """
     if mode not in MODES:
         raise MRopeError(f"mode must be one of {MODES}, got {mode!r}")
@@ -182,21 +194,50 @@ def register() -> None:
 
 # -- vLLM's classes and version ---------------------------------------------------------------------
 def _vllm_classes() -> tuple[type, type]:
-    """vLLM's V1 ``GPUModelRunner`` and ``InputBatch``, after the version check."""
+    """vLLM's V1 ``GPUModelRunner`` and ``InputBatch``, after the audit of the installed vLLM."""
     try:
         import vllm
     except ImportError as error:
         raise MRopeError("vLLM is not installed") from error
-    version = str(getattr(vllm, "__version__", "unknown")).split("+")[0]
-    if version not in SUPPORTED_VERSIONS:
-        raise MRopeError(
-            f"vLLM {version} is not supported by mrope's vLLM integration (it patches vLLM internals); "
-            f"supported: {', '.join(SUPPORTED_VERSIONS)}"
-        )
+    audited_release(str(getattr(vllm, "__version__", "unknown")))
     from vllm.v1.worker.gpu_input_batch import InputBatch
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     return GPUModelRunner, InputBatch
+
+
+@functools.cache
+def audited_release(version: str) -> str:
+    """The audited release whose code the installed vLLM has (the source of every target of
+    :data:`mrope.integrations._vllm_audit.RUNNER_TARGETS`, byte for byte), whatever its version
+    string; logged once per process. Raises :class:`MRopeError` naming what differs otherwise."""
+    release, differing = match(installed_digests(RUNNER_TARGETS), version)
+    if release is None:
+        named = ", ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")
+        raise MRopeError(
+            f"vLLM {version}: the code mrope's integration patches differs from every audited release "
+            f"({', '.join(AUDITED)}): {named}; vLLM's own M-RoPE path stays"
+        )
+    if version.split("+")[0] != release:
+        logger.info("mrope: vLLM %s has the code of the audited release %s", version, release)
+    return release
+
+
+def _family_reason(family: Family) -> str | None:
+    """Why a runner of this model keeps vLLM's path: mrope's rule differs from vLLM's, or vLLM's code
+    for the model is not the audited code (None: mrope serves it)."""
+    reason = unsupported_reason(family)
+    if reason is not None:
+        return reason
+    import vllm
+
+    release = audited_release(str(getattr(vllm, "__version__", "unknown")))
+    differing = family_differences(family.model_type, release)
+    if differing is None:
+        return f"vLLM's {family.model_type} position code was not audited for mrope"
+    if differing:
+        return f"vLLM's {family.model_type} code differs from the audited {release}: {', '.join(differing)}"
+    return None
 
 
 def _v2_targets() -> tuple[Any, type] | None:
@@ -342,7 +383,7 @@ def _runner_state(runner: Any) -> _RunnerState:
     else:
         try:
             family = from_config(runner.model_config.hf_config, **VLLM_SETTINGS)
-            reason = unsupported_reason(family)
+            reason = _family_reason(family)
         except MRopeError as error:
             reason = str(error)
         if reason is not None:
@@ -504,7 +545,7 @@ def _get_rope_state(
         family = None
         if reason is None:
             family = from_config(model_config.hf_config, **VLLM_SETTINGS)
-            reason = unsupported_reason(family)
+            reason = _family_reason(family)
         if reason is None:
             return TableRopeState(
                 family,
