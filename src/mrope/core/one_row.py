@@ -19,7 +19,7 @@ import numpy as np
 
 from .blocks import BlockRow, Blocks, empty_blocks
 from .place import place_rows
-from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, SegmentTable, render_offsets
+from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, SegmentTable, render_offsets
 from .workspace import workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
@@ -112,11 +112,14 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
                 pieces.append(_columns(flat))
                 flat = []
             frame = np.empty((6, frames), dtype=np.int64)
-            np.multiply(workspace.range(frames), height * width, out=frame[START])
-            frame[START] += start
+            first = frame[START]
+            np.multiply(workspace.range(frames), height * width, out=first)
+            first += start
             np.add(t, base, out=frame[T0])
-            frame[HW0 : IS_TEXT + 1] = [[base], [width], [0]]
-            frame[ORIGIN] = frame[START]
+            frame[HW0] = base  # scalar fills: a nested list would be converted to an array first
+            frame[WIDTH] = width
+            frame[IS_TEXT] = 0
+            frame[ORIGIN] = first
             pieces.append(frame)
         cursor = end
     if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment

@@ -561,7 +561,7 @@ class Family:
                 )
             if arr.dtype.kind not in "iuf":
                 raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
-            seconds = arr.astype(np.float64)
+            seconds = arr if arr.dtype == np.float64 else arr.astype(np.float64)
             values = seconds.tolist()
             # one value per video: a Python pass (NaN fails ``0 <= x``)
             bad = next((i for i, x in enumerate(values) if not 0 <= x <= MAX_POSITION), None)
