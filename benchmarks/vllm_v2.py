@@ -10,8 +10,9 @@ large frames) is started with the integration enabled. Each request is what the 
 worker: the prompt ids as a Python list and the ``MultiModalFeatureSpec`` list, made by the engine's
 own input processor from a prompt. Both states are made by vLLM's ``get_rope_state`` of the engine's
 model state (vLLM's original, and the one the integration installs) with the engine's model, and
-``init_prefill_positions(req_idx, model, ids, mm_features)`` of each is timed, alternating, on
-the same requests:
+``init_prefill_positions(req_idx, model, ids, mm_features)`` of each is timed on the same requests,
+as a step admits them: all requests of a case by one state, then all by the other, ``--rounds``
+times; after each round the positions mrope's table renders are compared with those vLLM stored:
 
 - ``video 8k`` / ``video 32k``: one video of 8,192 / 32,768 tokens (64 / 128 frames) with text;
 - ``image``: the first seed's prompt, ~300 text tokens and one image of 8 x 8 merged tokens.
@@ -145,13 +146,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 times: dict[str, list[int]] = {"vllm": [], "mrope": []}
                 clock = time.perf_counter_ns
                 for _ in range(args.rounds):
-                    for slot, (ids, features) in enumerate(requests):
-                        slot %= ours.max_num_reqs
-                        for path, state in (("vllm", theirs), ("mrope", ours)):
+                    for path, state in (("vllm", theirs), ("mrope", ours)):  # a step's admissions each
+                        for slot, (ids, features) in enumerate(requests):
                             start = clock()
-                            state.init_prefill_positions(slot, model, ids, features)
+                            state.init_prefill_positions(slot % ours.max_num_reqs, model, ids, features)
                             times[path].append(clock() - start)
-                        theirs.apply_staged_writes()
+                        if path == "vllm":
+                            theirs.apply_staged_writes()
+                    for slot, (ids, _) in enumerate(requests[: ours.max_num_reqs]):
                         _check_equal(ours, theirs, slot, len(ids))
                 results["admission"][name] = {
                     "tokens": int(np.median(lengths)),
