@@ -17,7 +17,7 @@ VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-transformers docs docs-pictures clean
+.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-transformers docs docs-pictures clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -102,6 +102,7 @@ bench: venv venv-vllm
 	$(MAKE) bench-vllm-step
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
+	$(MAKE) bench-vllm-v2
 
 # transformers with and without mrope's patch: generate's prefill position step, a tiny Omni prefill,
 # data-pipeline samples per second against get_rope_index per sample.
@@ -111,6 +112,11 @@ bench-transformers: venv
 # The plugin inside vLLM: the position hook and admission, vLLM's own against mrope's, 8/64/256 requests.
 bench-vllm-engine: venv-vllm
 	$(VLLM_BIN)/python benchmarks/vllm_engine.py --json bench-results/vllm-engine.json
+
+# Model Runner V2 (vLLM's default runner) inside vLLM: admission (vLLM's RopeState against mrope's) on
+# 8k and 32k-token videos and the first seed's image prompt, and the bytes of each state at 1024 x 262144.
+bench-vllm-v2: venv-vllm
+	$(VLLM_BIN)/python benchmarks/vllm_v2.py --json bench-results/vllm-v2.json
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:
