@@ -29,7 +29,7 @@ from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
 BAKED = hashlib.sha256(
     repr((START, T0, HW0, WIDTH, IS_TEXT, inspect.getsource(render_formula))).encode()
 ).hexdigest()[:16]
-CACHED_FOR = "e9654f06d8e0f3e5"
+CACHED_FOR = "55090cb1c8f8a06b"
 
 _formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
 

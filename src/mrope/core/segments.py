@@ -31,6 +31,9 @@ serves every caller:
 - Python ints and numpy scalars: values are returned;
 - numba: ``numba.njit(inline="always")(render_formula)`` compiles it over scalars (the compiled serving
   step keeps ``q`` and ``r`` by counting, so the division is not part of the formula);
+- Triton: ``triton.jit(render_formula)`` compiles it over blocks of lanes (the device step of
+  :mod:`mrope.serving._triton`). ``triton.jit`` evaluates parameter annotations and refuses module
+  globals such as :data:`Value`, so the parameters are annotated ``typing.Any`` (a module attribute);
 - numpy arrays and torch tensors: the formula runs *in place* and allocates nothing. ``offset``, ``t0``,
   ``quotient`` and ``remainder`` are scratch that it overwrites (``t0`` becomes t, ``quotient`` h,
   ``remainder`` w, ``offset`` ``offset * is_text``) and returns; ``hw0`` and ``is_text`` are only read.
@@ -46,6 +49,7 @@ serves every caller:
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -124,10 +128,16 @@ Value: TypeAlias = Any
 
 
 def render_formula(
-    offset: Value, quotient: Value, remainder: Value, t0: Value, hw0: Value, is_text: Value
+    offset: typing.Any,
+    quotient: typing.Any,
+    remainder: typing.Any,
+    t0: typing.Any,
+    hw0: typing.Any,
+    is_text: typing.Any,
 ) -> tuple[Value, Value, Value]:
     """Positions ``(t, h, w)`` of tokens at ``offset`` from their segment's origin, ``(quotient,
-    remainder) = divmod(offset, width)``: the one copy of the render formula (see the module docstring).
+    remainder) = divmod(offset, width)``: the one copy of the render formula (see the module docstring;
+    each parameter is a :data:`Value`, annotated ``typing.Any`` for ``triton.jit``).
 
     Arrays and tensors are updated in place: ``offset``, ``t0``, ``quotient`` and ``remainder`` are
     overwritten, and ``t0``, ``quotient``, ``remainder`` returned as t, h and w."""

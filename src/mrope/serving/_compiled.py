@@ -50,7 +50,7 @@ from ._state import DEAD, DELTA, KEY, PLEN
 #: digest of what the kernel bakes in from other modules (see the module docstring)
 _BAKED_VALUES = (DEAD, DELTA, KEY, PLEN, FHW0, FIS_TEXT, FT0, FWIDTH, OKEY, inspect.getsource(core_compiled))
 BAKED = hashlib.sha256(repr(_BAKED_VALUES).encode()).hexdigest()[:16]
-CACHED_FOR = "1a648a820fe8b857"
+CACHED_FOR = "5db757d6745caaf8"
 
 
 @numba.njit(cache=BAKED == CACHED_FOR, nogil=True, boundscheck=False)

@@ -7,6 +7,8 @@ given by the caller: no ``.item()``, no ``nonzero``, no boolean-mask indexing, n
 it neither synchronizes nor blocks CUDA graph capture. Bad values (a free slot, a negative count, a position
 reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
 counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.check`) raises later.
+:meth:`DeviceTable.fill_ragged` runs as one Triton kernel (:mod:`._triton`) where it can, with the same
+rules and the same counter.
 
 float32 tables (Qwen3-Omni) keep ``t0``, ``hw0`` and the deltas as float64 tensors (float32 values):
 each position is the float64 sum rounded once to float32 on the write to ``out``, as on the host.
@@ -14,6 +16,7 @@ each position is the float64 sum rounded once to float32 on the write to ``out``
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -145,25 +148,93 @@ class DeviceTable:
                 f"slots, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
+        self._step(out, slots, nc, ns, num)
+        return num
+
+    def fill_ragged(
+        self, out: Any, slots: Any, query_start_loc: Any, slot_num_computed: Any, backend: str = "auto"
+    ) -> None:
+        """:meth:`PositionTable.fill_ragged` on device tensors: one Triton launch (:mod:`._triton`) for
+        an int64 table on a CUDA device, else (``backend="torch"``, a float32 table, Triton missing) the
+        torch step of :meth:`fill`, which also writes 0 to the columns of ``out`` outside the queries.
+        ``backend="triton"`` forces the kernel (tests run it on CPU tensors under Triton's interpreter)."""
+        self._check_out(out, None)
+        tensors = [
+            self._index(x, name, int32=True)
+            for x, name in (
+                (slots, "slots"),
+                (query_start_loc, "query_start_loc"),
+                (slot_num_computed, "slot_num_computed"),
+            )
+        ]
+        slots, starts, computed = tensors
+        n = slots.shape[0]
+        if starts.shape[0] < n + 1:
+            raise MRopeError(
+                f"query_start_loc must have len(slots) + 1 = {n + 1} entries (or more), got {starts.shape[0]}"
+            )
+        if backend == "auto":
+            triton_ok = self.out_dtype == torch.int64 and self.device.type == "cuda" and _triton_step()
+            backend = "triton" if triton_ok else "torch"
+        if backend == "triton":
+            if self.out_dtype != torch.int64:
+                raise MRopeError("the Triton step of fill_ragged serves int64 tables")
+            from ._triton import fill_ragged
+
+            # the kernel reads the index tensors at stride 1
+            slots, starts, computed = (x if x.stride(0) == 1 else x.contiguous() for x in tensors)
+            fill_ragged(self, out, slots, starts, computed)
+            return
+        if backend != "torch":
+            raise MRopeError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
+        slots, starts, computed = (x if x.dtype == _DTYPE else x.to(_DTYPE) for x in tensors)
+        starts = starts[: n + 1]
+        ends = starts[1:]
+        size = computed.shape[0]
+        if size == 0:
+            nc = torch.full_like(slots, -1)
+        else:  # a slot without an entry of slot_num_computed reads -1: bad input, counted below
+            nc = computed.index_select(0, slots.clamp(0, size - 1))
+            nc = torch.where((slots >= 0) & (slots < size), nc, -1)
+        self._step(out, slots, nc, ends - starts[:-1], out.shape[1], ends, starts[:1])
+
+    def _step(
+        self,
+        out: torch.Tensor,
+        slots: torch.Tensor,
+        nc: torch.Tensor,
+        ns: torch.Tensor,
+        num: int,
+        ends: torch.Tensor | None = None,
+        first: torch.Tensor | None = None,
+    ) -> None:
+        """The torch step into ``out[:, :num]``: request ``i``'s tokens in the columns up to ``ends[i]``
+        (default ``cumsum(ns)``) from ``first`` (a one-element tensor, default 0); other columns get 0."""
+        n = slots.shape[0]
         col = self._ramp(num)  # before any write: a frozen table refuses to grow it
         if n == 0:
             out[:, :num].zero_()
-            return num
+            return
         # per request, the host path's checks (counted, not raised), also when the step has no token
         info, ok, delta = self._slots_info(slots)
-        ends = torch.cumsum(ns, 0)
+        if ends is None:
+            ends = torch.cumsum(ns, 0)
         max_index = self.state.max_index
         # the last index below max_index (``max_index - nc`` cannot wrap: nc >= 0); every request's
         # columns inside ``num_tokens`` (a smaller N would drop the last requests' tokens)
         ok &= (nc >= 0) & (ns >= 0) & (nc <= max_index) & (ns <= max_index - nc) & (ends <= num)
+        if first is not None:
+            ok &= first >= 0
         if self.state.max_position is not None:  # the last index's position (the host path's rule)
             last = nc + ns - 1 + delta
             ok &= (last if self.delta is None else last.to(torch.float32)) < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
         if num == 0:
-            return 0
+            return
         req = torch.searchsorted(ends, col, right=True)  # request of each column; n past the real ones
         real = req < n
+        if first is not None:
+            real &= col >= first
         req.clamp_(max=n - 1)
         key = (info[KEY] + nc - ends + ns).index_select(0, req)
         key += col
@@ -187,7 +258,6 @@ class DeviceTable:
         valid = ok.index_select(0, req)
         valid &= real
         torch.where(valid, pos, self.zero, out=out[:, :num])
-        return num
 
     def decode(self, out: torch.Tensor, slots: Any, seq_lens: Any) -> int:
         """``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``, on the device."""
@@ -239,7 +309,8 @@ class DeviceTable:
             self.ramp = torch.arange(max(num, 2 * self.ramp.shape[0]), dtype=_DTYPE, device=self.device)
         return self.ramp[:num]
 
-    def _check_out(self, out: Any, num: int) -> None:
+    def _check_out(self, out: Any, num: int | None) -> None:
+        """``out`` a (3, >= num) tensor of the table's dtype on its device (``num=None``: all of it)."""
         if (
             not isinstance(out, torch.Tensor)
             or out.dtype != self.out_dtype
@@ -253,6 +324,8 @@ class DeviceTable:
             )
         if not _same_device(out.device, self.device):
             raise MRopeError(f"out is on {out.device}, the table's device copy is on {self.device}")
+        if num is None:
+            num = out.shape[1]
         if out.shape[1] < num:
             raise MRopeError(f"out has {out.shape[1]} columns, the step needs {num}")
         if not out.is_contiguous() and _overlaps(out[:, :num]):
@@ -261,7 +334,8 @@ class DeviceTable:
                 "pass a tensor that can hold one position per element"
             )
 
-    def _index(self, x: Any, name: str) -> torch.Tensor:
+    def _index(self, x: Any, name: str, int32: bool = False) -> torch.Tensor:
+        """``x`` checked (a 1-D integer tensor on the device), as int64 (``int32``: int32 kept)."""
         if not isinstance(x, torch.Tensor):
             raise MRopeError(
                 f"{name} must be a torch tensor on {self.device} on the device path, got {type(x).__name__}"
@@ -272,4 +346,14 @@ class DeviceTable:
             )
         if not _same_device(x.device, self.device):
             raise MRopeError(f"{name} is on {x.device}, the table's device copy is on {self.device}")
-        return x if x.dtype == _DTYPE else x.to(_DTYPE)
+        return x if x.dtype == _DTYPE or (int32 and x.dtype == torch.int32) else x.to(_DTYPE)
+
+
+@functools.cache
+def _triton_step() -> bool:
+    """Whether the Triton step (:mod:`._triton`) imports: Triton is an optional extra."""
+    try:
+        from . import _triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -10,6 +10,8 @@ segment of every scheduled token of every request. Positions then follow the ren
 :mod:`mrope.core.segments` (offsets counted from each segment's ``origin``). Steps where every token
 lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``. float32
 tables (Qwen3-Omni) take :mod:`._float`'s step; torch tensors the device mirror of :mod:`.device`.
+:meth:`PositionTable.fill_ragged` takes vLLM Model Runner V2's layout (queries at ``query_start_loc``,
+counts per slot): the same step on the host, one Triton launch (:mod:`._triton`) on a GPU.
 
 Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
 :mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
@@ -248,6 +250,7 @@ class PositionTable:
         video_offsets: Any = None,
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
+        frame_offsets: Any = None,
     ) -> None:
         """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
 
@@ -263,6 +266,9 @@ class PositionTable:
             for it (see :meth:`Family.positions`); not for the Omni families
         audio_seqlens : (num_audios,), optional; Omni families only
         use_audio_in_video : bool, optional; Omni families only
+        frame_offsets : (num_frames,) int, optional; frame families only (Qwen3-VL, GLM-4.1V): where
+            each video frame's placeholders start (see :meth:`Family.positions`), so that nothing
+            scans the prompt for them
 
         Raises
         ------
@@ -289,6 +295,7 @@ class PositionTable:
             video_offsets=video_offsets,
             audio_seqlens=audio_seqlens,
             use_audio_in_video=use_audio_in_video,
+            frame_offsets=frame_offsets,
         )
         data, length = table.data, table.length
         if not self._floats:
@@ -398,6 +405,79 @@ class PositionTable:
             elif is_torch_tensor(out):
                 return self._device_state(out.device).decode(out, slots, seq_lens)
             return self._decode_numpy(out, slots, seq_lens)
+
+    def fill_ragged(self, out: Any, slots: Any, query_start_loc: Any, slot_num_computed: Any) -> None:
+        """Write one engine step's positions in vLLM Model Runner V2's layout (``prepare_positions``).
+
+        Request ``i`` runs in ``slots[i]``; its tokens go to columns ``query_start_loc[i] ...
+        query_start_loc[i + 1] - 1`` of ``out`` and are its sequence indices from
+        ``slot_num_computed[slots[i]]`` on (indexed by slot, not by request), with the positions
+        :meth:`fill` gives them. Other columns are not written.
+
+        Parameters
+        ----------
+        out : (3, n) array of the table's dtype: numpy or a CPU tensor (the host path, through
+            :meth:`fill`), or a tensor on the table's device (one Triton launch for an int64 table on
+            CUDA: no host synchronization, CUDA-graph capturable after :meth:`reserve` and :meth:`freeze`;
+            elsewhere, or for a float32 table, the torch step of :meth:`fill`, which also writes 0 in the
+            columns outside the queries).
+        slots : (num_reqs,) integer
+        query_start_loc : (>= num_reqs + 1,) integer, non-decreasing; the first num_reqs + 1 are read
+        slot_num_computed : (>= max slot + 1,) integer, per slot
+
+        int32 and int64 arrays and tensors are read without a copy.
+
+        Raises
+        ------
+        MRopeError
+            What :meth:`fill` refuses, a ``query_start_loc`` too short or decreasing, a slot without an
+            entry of ``slot_num_computed``; nothing is written. The device path raises for shapes and
+            dtypes only: bad values there are counted (their columns written as 0) and :meth:`check`
+            raises.
+        """
+        with self._lock:
+            if is_torch_tensor(out) and out.device.type != "cpu":
+                self._device_state(out.device).fill_ragged(out, slots, query_start_loc, slot_num_computed)
+                return
+            if is_torch_tensor(out):
+                try:
+                    out = out.numpy()  # a view: the host path writes into the tensor
+                except (RuntimeError, TypeError) as err:
+                    raise MRopeError(f"out cannot be written through numpy: {err}") from None
+            elif type(out) is not np.ndarray:
+                raise MRopeError(f"out must be a numpy array or a torch tensor, got {type(out).__name__}")
+            slots = as_index(slots, "slots")
+            starts = as_index(query_start_loc, "query_start_loc")
+            computed = as_index(slot_num_computed, "slot_num_computed")
+            n = slots.shape[0]
+            if starts.shape[0] < n + 1:
+                raise MRopeError(
+                    f"query_start_loc must have len(slots) + 1 = {n + 1} entries (or more), "
+                    f"got {starts.shape[0]}"
+                )
+            first = int(starts[0]) if n else 0
+            if first < 0:
+                raise MRopeError(f"query_start_loc[0] = {first}: columns are >= 0")
+            try:
+                nc = computed.take(slots)  # a negative slot reads an entry here, and fill refuses it
+            except IndexError:
+                i = int(np.argmax(slots >= computed.shape[0]))
+                raise MRopeError(
+                    f"slots[{i}] = {slots[i]} has no entry in slot_num_computed (length {computed.shape[0]})"
+                ) from None
+            ns = np.subtract(starts[1 : n + 1], starts[:n])
+            view = out[:, first:] if out.ndim == 2 else out
+            try:
+                if self._kernel is not None and self._compiled(view, slots, nc, ns, False, None) >= 0:
+                    return
+                self._fill_numpy(view, slots, nc, ns, None)
+            except MRopeError:
+                if (ns < 0).any():
+                    i = int(np.argmax(ns < 0))
+                    raise MRopeError(
+                        f"query_start_loc decreases at request {i}: {starts[i]} then {starts[i + 1]}"
+                    ) from None
+                raise
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a device-path step since the last check had bad input.

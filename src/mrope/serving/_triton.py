@@ -1,0 +1,165 @@
+"""The Triton step of :meth:`mrope.PositionTable.fill_ragged` on a device: one launch, one program per
+request of the step, no host synchronization (CUDA-graph capturable).
+
+Program ``i`` reads its request's slot, columns ``query_start_loc[i] ... query_start_loc[i + 1] - 1``
+and first sequence index ``slot_num_computed[slot]``, then walks its tokens in blocks of lanes. Each lane
+finds its token's segment by a binary search over the whole pool's keys (sorted over the pool, each slot's
+decode tail covering every index past its prompt: see :mod:`._pool`), and renders its positions with
+:func:`mrope.core.segments.render_formula`, compiled here by ``triton.jit``. Bad values (a slot holding no
+request, a negative count, an index reaching the table's bound, a position reaching ``max_position``,
+columns outside ``out``) write 0 in the request's columns inside ``out`` and add 1 to the device error
+counter that :meth:`PositionTable.check` reads; every load index is clamped into its tensor.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from ..core.segments import render_formula
+from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
+from ._state import DEAD, DELTA, KEY, PLEN
+
+
+def _jit(fn: types.FunctionType) -> Any:
+    """``triton.jit`` of ``fn`` (its code object, so its one source) with ``triton.language`` added to its
+    globals: Triton's interpreter requires that of every jitted function, and :mod:`mrope.core.segments`
+    does not import Triton."""
+    scope = {**fn.__globals__, "tl": tl}
+    return triton.jit(types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__))
+
+
+_formula = _jit(render_formula)
+
+_PLEN = tl.constexpr(PLEN)
+_DELTA = tl.constexpr(DELTA)
+_KEY = tl.constexpr(KEY)
+_DEAD = tl.constexpr(DEAD)
+_FT0 = tl.constexpr(FT0)
+_FHW0 = tl.constexpr(FHW0)
+_FWIDTH = tl.constexpr(FWIDTH)
+_FIS_TEXT = tl.constexpr(FIS_TEXT)
+_OKEY = tl.constexpr(OKEY)
+
+BLOCK = 1024  # lanes of a program (tokens per iteration of its loop), as vLLM's kernel
+NUM_WARPS = 8  # sm_90: 78 registers, no spills
+
+
+@triton.jit
+def _fill_ragged_kernel(
+    out_ptr,
+    out_row_stride,
+    out_col_stride,
+    num_columns,
+    slots_ptr,
+    query_start_ptr,
+    computed_ptr,
+    num_computed_slots,
+    info_ptr,
+    info_row_stride,
+    max_slots,
+    keys_ptr,
+    fields_ptr,
+    fields_row_stride,
+    capacity,
+    search_steps,
+    errors_ptr,
+    max_index,
+    max_position,
+    HAS_MAX_POSITION: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0)
+    slot = tl.load(slots_ptr + req).to(tl.int64)
+    first = tl.load(query_start_ptr + req).to(tl.int64)
+    end = tl.load(query_start_ptr + req + 1).to(tl.int64)
+    count = end - first
+    # slot s is info column s + 1; column 0 is a free one (PLEN = DEAD) for a slot out of range
+    column = tl.where((slot >= 0) & (slot < max_slots), slot + 1, 0)
+    plen = tl.load(info_ptr + _PLEN * info_row_stride + column)
+    delta = tl.load(info_ptr + _DELTA * info_row_stride + column)
+    base = tl.load(info_ptr + _KEY * info_row_stride + column)
+    has_count = (slot >= 0) & (slot < num_computed_slots)
+    computed = tl.load(computed_ptr + tl.where(has_count, slot, 0)).to(tl.int64)
+    # the checks of the host path, per request (``max_index - computed`` cannot wrap once computed >= 0)
+    ok = (plen != _DEAD) & has_count & (computed >= 0) & (count >= 0) & (computed <= max_index)
+    ok = ok & (count <= max_index - computed) & (first >= 0) & (end <= num_columns)
+    if HAS_MAX_POSITION:
+        ok = ok & (computed + count - 1 + delta < max_position)
+    if not ok:
+        tl.atomic_add(errors_ptr, 1)
+    lo = tl.minimum(tl.maximum(first, 0), num_columns)
+    hi = tl.minimum(tl.maximum(end, lo), num_columns)
+    key_of_column = base + computed - first  # a token's key: its slot's key + its sequence index
+    lanes = tl.arange(0, BLOCK)
+    for block in range(lo, hi, BLOCK):
+        col = block + lanes
+        mask = col < hi
+        key = key_of_column + col
+        # the last pool entry whose key is <= key: the search starts at entry 0, whose key (0) is <= all
+        seg = tl.zeros([BLOCK], dtype=tl.int64)
+        for step in range(search_steps):
+            probe = seg + (1 << (search_steps - 1 - step))
+            inside = probe < capacity
+            probe_key = tl.load(keys_ptr + tl.where(inside, probe, 0), mask=mask, other=0)
+            seg = tl.where(inside & (probe_key <= key), probe, seg)
+        fields = fields_ptr + seg
+        t0 = tl.load(fields + _FT0 * fields_row_stride, mask=mask, other=0)
+        hw0 = tl.load(fields + _FHW0 * fields_row_stride, mask=mask, other=0)
+        width = tl.load(fields + _FWIDTH * fields_row_stride, mask=mask, other=1)
+        is_text = tl.load(fields + _FIS_TEXT * fields_row_stride, mask=mask, other=0)
+        offset = key - tl.load(fields + _OKEY * fields_row_stride, mask=mask, other=0)
+        quotient = offset // width
+        t, h, w = _formula(offset, quotient, offset - quotient * width, t0, hw0, is_text)
+        dest = out_ptr + col * out_col_stride
+        tl.store(dest, tl.where(ok, t, 0), mask=mask)
+        tl.store(dest + out_row_stride, tl.where(ok, h, 0), mask=mask)
+        tl.store(dest + 2 * out_row_stride, tl.where(ok, w, 0), mask=mask)
+
+
+def fill_ragged(
+    device: Any,
+    out: torch.Tensor,
+    slots: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    slot_num_computed: torch.Tensor,
+) -> None:
+    """Launch the kernel over ``device``'s (a :class:`.device.DeviceTable` of an int64 table) mirror.
+
+    The caller has checked the arguments: ``out`` a (3, n) int64 tensor, the others 1-D int32 or int64
+    tensors of stride 1 on its device, ``query_start_loc`` with ``len(slots) + 1`` entries or more."""
+    num_requests = slots.shape[0]
+    if num_requests == 0:
+        return
+    state = device.state
+    keys, fields = device.keys, device.fields
+    capacity = keys.shape[0]
+    max_position = state.max_position
+    _fill_ragged_kernel[(num_requests,)](
+        out,
+        out.stride(0),
+        out.stride(1),
+        out.shape[1],
+        slots,
+        query_start_loc,
+        slot_num_computed,
+        slot_num_computed.shape[0],
+        device.info,
+        device.info.stride(0),
+        device.max_slots,
+        keys,
+        fields,
+        fields.stride(0),
+        capacity,
+        capacity.bit_length(),
+        device.errors,
+        state.max_index,
+        0 if max_position is None else max_position,
+        HAS_MAX_POSITION=max_position is not None,
+        BLOCK=BLOCK,
+        num_warps=NUM_WARPS,
+    )
