@@ -425,6 +425,8 @@ class PositionTable:
         query_start_loc : (>= num_reqs + 1,) integer, non-decreasing; the first num_reqs + 1 are read
         slot_num_computed : (>= max slot + 1,) integer, per slot
 
+        Notes
+        -----
         int32 and int64 arrays and tensors are read without a copy.
 
         Raises
