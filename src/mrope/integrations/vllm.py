@@ -183,12 +183,12 @@ def register() -> None:
     Enables the plugin when ``MROPE_VLLM`` is ``1``/``mrope`` or ``check``; does nothing otherwise.
     Never raises: on an unsupported vLLM it logs a warning and leaves vLLM alone."""
     value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value in ("", "0", "false", "off"):
+    if value in ("", "0", "false", "off", "no"):
         return
-    mode = "mrope" if value in ("1", "true", "on", "mrope") else value
+    mode = "mrope" if value in ("1", "true", "on", "yes", "mrope") else value
     try:
         enable(mode)
-    except MRopeError as error:
+    except Exception as error:  # never fails vLLM: on any error, vLLM runs unchanged
         logger.warning("mrope: %s; vLLM's own M-RoPE path stays", error)
 
 
@@ -321,7 +321,7 @@ class _RunnerState:
         """Register a resumed request whose slot was evicted while it was preempted; its slot."""
         try:
             self.admit(req_state)
-        except MRopeError:  # it was served from vLLM's positions: it still has them
+        except Exception:  # it was served from vLLM's positions: it still has them
             self.admit_positions(req_state)
         return self.slot_of[req_state.req_id]
 
@@ -331,6 +331,18 @@ class _RunnerState:
         slot = self._free_slot()
         self.table.add_positions(slot, req_state.mrope_positions, req_state.mrope_position_delta)
         self._bind(req_state.req_id, slot)
+
+    def adopt(self, runner: Any) -> None:
+        """Register the requests vLLM's path admitted before this state existed (the plugin enabled, or
+        its mode switched, while they ran) from the positions vLLM computed for them."""
+        for req_state in list(runner.requests.values()):
+            if req_state.mrope_positions is None or req_state.req_id in self.slot_of:
+                continue
+            try:
+                self.admit_positions(req_state)
+            except Exception as error:  # vLLM's path serves them all then
+                self.deactivate(runner, f"request {req_state.req_id!r}, admitted before mrope: {error}")
+                return
 
     def forget(self, req_id: str) -> None:
         slot = self.slot_of.pop(req_id, None)
@@ -384,7 +396,7 @@ def _runner_state(runner: Any) -> _RunnerState:
         try:
             family = from_config(runner.model_config.hf_config, **VLLM_SETTINGS)
             reason = _family_reason(family)
-        except MRopeError as error:
+        except Exception as error:
             reason = str(error)
         if reason is not None:
             family = None
@@ -394,6 +406,8 @@ def _runner_state(runner: Any) -> _RunnerState:
     runner._mrope = state
     _runners.add(runner)
     _stats["runner"] = "v1"
+    if state.active:
+        state.adopt(runner)
     return state
 
 
@@ -417,13 +431,14 @@ def _init_mrope_positions(self: Any, req_state: Any) -> None:
             return
     try:
         state.admit(req_state)
-    except MRopeError as error:
+    except Exception as error:  # any exception: nothing mrope does may fail the engine
         if _enabled["mode"] == "check":
             raise MRopeError(f"mrope check: request {req_state.req_id!r} refused: {error}") from error
-        _original(_init_mrope_positions)(self, req_state)
+        if req_state.mrope_positions is None:
+            _original(_init_mrope_positions)(self, req_state)
         try:  # positions mrope would not compute but can still serve
             state.admit_positions(req_state)
-        except MRopeError:
+        except Exception:
             _stats["fallback_requests"] += 1
             state.deactivate(self, f"request {req_state.req_id!r}: {error}")
             return
@@ -450,12 +465,17 @@ def _calc_mrope_positions(self: Any, scheduler_output: Any) -> None:
     state.step += 1
     if _enabled["mode"] == "check":
         return _check_step(self, state, scheduler_output, num_reqs)
-    state.table.fill(
-        self.mrope_positions.np,
-        state.batch_slots[:num_reqs],
-        batch.num_computed_tokens_cpu[:num_reqs],
-        state.num_scheduled,
-    )
+    try:
+        state.table.fill(
+            self.mrope_positions.np,
+            state.batch_slots[:num_reqs],
+            batch.num_computed_tokens_cpu[:num_reqs],
+            state.num_scheduled,
+        )
+    except Exception as error:  # vLLM's path serves this runner from now on; never a failed step
+        state.deactivate(self, f"step {state.step}: {error}")
+        _stats["fallback_steps"] += 1
+        return _original(_calc_mrope_positions)(self, scheduler_output)
     _stats["steps"] += 1
 
 
@@ -466,7 +486,12 @@ def _check_step(runner: Any, state: _RunnerState, scheduler_output: Any, num_req
     computed = runner.input_batch.num_computed_tokens_cpu[:num_reqs]
     scheduled = state.num_scheduled
     ours = np.empty_like(expected)
-    num = state.table.fill(ours, state.batch_slots[:num_reqs], computed, scheduled)
+    try:
+        num = state.table.fill(ours, state.batch_slots[:num_reqs], computed, scheduled)
+    except Exception as error:  # no positions to compare: only a difference fails the engine
+        state.deactivate(runner, f"check mode, step {state.step}: {error}")
+        _stats["fallback_steps"] += 1
+        return
     differ = np.flatnonzero((ours[:, :num] != expected[:, :num]).any(axis=0))
     if differ.size:
         column = int(differ[0])
@@ -499,7 +524,7 @@ def _add_request(self: Any, request: Any) -> int:
         if slot is None and state.active:  # resumed after its slot was evicted
             try:
                 slot = state.readmit(request)
-            except MRopeError as error:
+            except Exception as error:
                 state.deactivate(state.runner(), f"request {request.req_id!r}: {error}")
         state.batch_slots[index] = -1 if slot is None else slot
     return index

@@ -415,6 +415,38 @@ class Engine:
         )
         return [list(o.outputs[0].token_ids) for o in outputs]
 
+    def generate_stepwise(
+        self,
+        prompts: Sequence[Mapping[str, Any]],
+        switches: Mapping[int, Any],
+        *,
+        max_tokens: int = MAX_TOKENS,
+    ) -> list[list[int]]:
+        """:meth:`generate` one engine step at a time, calling ``switches[k]()`` before step ``k``
+        (0-based; e.g. the plugin's ``enable``/``disable`` while requests run). Greedy tokens in order."""
+        from vllm import SamplingParams
+
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM could not reset its prefix cache (requests still running?)")
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, seed=0)
+        engine = self.llm.llm_engine
+        ids = [f"stepwise-{i}" for i in range(len(prompts))]
+        for request_id, prompt in zip(ids, prompts, strict=True):
+            engine.add_request(request_id, dict(prompt), params)
+        tokens: dict[str, list[int]] = {}
+        step = 0
+        while engine.has_unfinished_requests():
+            if step in switches:
+                switches[step]()
+            for output in engine.step():
+                if output.finished:
+                    tokens[output.request_id] = list(output.outputs[0].token_ids)
+            step += 1
+        missing = [i for i in ids if i not in tokens]
+        if missing or step <= max(switches, default=0):
+            raise RuntimeError(f"stepwise run: {step} steps, unfinished {missing}")
+        return [tokens[i] for i in ids]
+
     def worker_info(self) -> list[dict[str, Any]]:
         """:func:`worker_info` of this engine."""
         return worker_info(self.llm)
