@@ -596,3 +596,126 @@ def test_tensors_of_a_dtype_numpy_lacks_and_mrope_cannot_read(qwen25):
         MRopeError, match=r"attention_mask has dtype torch.complex32, which mrope cannot read"
     ):
         mrope.get_rope_index(qwen25, torch.ones(1, 2, dtype=torch.int64), attention_mask=mask)
+
+
+# -- issue 20: errors that were not MRopeError, messages that named what the caller never passed -------
+_QWEN2_VL = {
+    "model_type": "qwen2_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_config": {"spatial_merge_size": 2},
+}
+_OMNI_THINKER = {
+    "model_type": "qwen2_5_omni_thinker",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "audio_token_id": 151646,
+    "vision_start_token_id": 151652,
+    "audio_start_token_id": 151647,
+    "vision_config": {"spatial_merge_size": 2},
+    "position_id_per_seconds": 25,
+    "seconds_per_chunk": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        ([1, 1 << 64], r"input_ids\[1\] = 18446744073709551616 does not fit in int64"),
+        ([1, 1 << 63], r"input_ids\[1\] = 9223372036854775808 does not fit in int64"),  # numpy: float64
+        ([1, -(1 << 63) - 1], r"input_ids\[1\] = -9223372036854775809 does not fit in int64"),
+        (np.array([1, 1 << 63], dtype=np.uint64), r"input_ids\[1\] = 9223372036854775808 does not fit"),
+        ([1, 2.5], r"input_ids must hold integers, got dtype float64"),
+        ([1, "a"], r"input_ids must hold integers, got dtype <U21"),
+    ],
+)
+def test_integers_beyond_int64_are_named_with_their_value(ids, match):
+    """numpy reads such a list as float64 or object: the error named that dtype, which the caller never
+    passed; a uint64 array was cast by wrapping (2**63 read as -2**63, a text token)."""
+    family = mrope.from_config(_QWEN2_VL)
+    with pytest.raises(MRopeError, match=match):
+        family.positions(ids)
+    with pytest.raises(MRopeError, match=match.replace(r"input_ids\[1\]", r"input_ids\[0, 1\]")):
+        mrope.get_rope_index(family, [ids] if isinstance(ids, list) else ids[None])
+
+
+def test_grids_beyond_int64_are_named_with_their_value():
+    family = mrope.from_config(_QWEN2_VL)
+    with pytest.raises(MRopeError, match=r"image_grid_thw\[0, 1\] = 36893488147419103232 does not fit"):
+        family.positions([1, 2], image_grid_thw=[[1, 1 << 65, 2]])
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({**_OMNI_THINKER, "audio_config": [128]}, r"audio_config must be a mapping \(a dict\), got list"),
+        ({**_OMNI_THINKER, "audio_config": "whisper"}, r"audio_config must be a mapping \(a dict\), got str"),
+        ({"model_type": "qwen2_5_omni", "thinker_config": {**_OMNI_THINKER, "audio_config": 3}}, "got int"),
+        ({**_QWEN2_VL, "vision_config": 2}, r"qwen2_vl config: vision_config must be a mapping .*, got int"),
+    ],
+)
+def test_sub_configs_that_are_not_mappings(config, match):
+    """``audio_config.get`` raised AttributeError; ``name in vision_config``, TypeError."""
+    with pytest.raises(MRopeError, match=match):
+        mrope.from_config(config)
+
+
+def test_rope_index_reads_list_valued_fields():
+    """A list ``feature_attention_mask`` raised AttributeError (``.sum``), ragged list ids ValueError."""
+    from mrope.integrations.transformers import rope_index
+
+    family = mrope.from_config(_OMNI_THINKER)
+    audio = int(family.audio_tokens(np.array([100]))[0])
+    ids = [5, 151647] + [151646] * audio + [151648, 7]
+    expected = rope_index({"input_ids": [ids], "audio_feature_lengths": [100]}, family)
+    for mask in ([[1] * 100 + [0] * 20], np.array([[True] * 100 + [False] * 20])):
+        got = rope_index({"input_ids": [ids], "feature_attention_mask": mask}, family)
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+    single = rope_index(
+        {"input_ids": ids, "attention_mask": [1] * len(ids), "audio_feature_lengths": [100]}, family
+    )
+    np.testing.assert_array_equal(single[0], expected[0][:, 0])
+    for inputs, match in (
+        ({"input_ids": [ids, ids[:3]]}, r"input_ids could not be read as an array"),
+        ({"input_ids": [ids], "attention_mask": [[1, 1], [1]]}, r"attention_mask could not be read"),
+        ({"input_ids": [ids], "feature_attention_mask": [1] * 100}, r"feature_attention_mask must be \(num_"),
+        ({"input_ids": [ids], "feature_attention_mask": [[0.5] * 100]}, r"0/1 integers or bools, got dtype"),
+    ):
+        with pytest.raises(MRopeError, match=match):
+            rope_index(inputs, family)
+
+
+@pytest.mark.parametrize(
+    ("value", "allowed"),
+    [("0", False), ("false", False), ("OFF", False), (" No ", False), ("", True), ("1", True), ("yes", True)],
+)
+def test_mrope_numba_reads_off_as_mrope_vllm_does(monkeypatch, value, allowed):
+    """``MROPE_NUMBA`` accepted ``0`` only; ``false``, ``off`` and ``no`` turn it off as they turn
+    ``MROPE_VLLM`` off."""
+    from mrope._backends import NUMBA_ENV, numba_allowed
+    from mrope.serving import PositionTable
+
+    monkeypatch.setenv(NUMBA_ENV, value)
+    assert numba_allowed() is allowed
+    if not allowed:
+        assert PositionTable(1).backend == "numpy"
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_nested_tensors_are_refused():
+    """They raised RuntimeError ("NestedTensorImpl doesn't support sizes")."""
+    torch = pytest.importorskip("torch")
+    family = mrope.from_config(_QWEN2_VL)
+    nested = torch.nested.nested_tensor([torch.arange(4), torch.arange(3)])
+    for call in (
+        lambda: family.positions(nested),
+        lambda: mrope.get_rope_index(family, nested),
+        lambda: mrope.get_rope_index(family, torch.ones(2, 4, dtype=torch.int64), attention_mask=nested),
+        lambda: family.positions([1, 2], image_grid_thw=torch.nested.nested_tensor([torch.ones(3)])),
+    ):
+        with pytest.raises(MRopeError, match=r"is a nested tensor: pass a dense \(strided\) tensor"):
+            call()
+    sparse = torch.ones(1, 4, dtype=torch.int64).to_sparse()
+    with pytest.raises(MRopeError, match=r"input_ids is a sparse_coo tensor"):
+        mrope.get_rope_index(family, sparse)

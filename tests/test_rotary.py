@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -556,6 +557,17 @@ def test_forward_errors_name_values_and_write_nothing():
             r"mrope_interleaved but layout is",
         ),
         ({"max_position_embeddings": None}, r"has no max_position_embeddings"),
+        # zero heads raised ZeroDivisionError; a string or a bad factor, TypeError
+        ({"num_attention_heads": 0}, r"has num_attention_heads = 0, expected a positive int"),
+        ({"num_attention_heads": -2}, r"has num_attention_heads = -2, expected a positive int"),
+        ({"hidden_size": "256"}, r"has hidden_size = '256', expected a positive int"),
+        ({"head_dim": -64}, r"has head_dim = -64, expected a positive int"),
+        ({"head_dim": 64.0}, r"has head_dim = 64.0, expected a positive int"),
+        ({"partial_rotary_factor": 0}, r"partial_rotary_factor must be a number in \(0, 1\], got 0"),
+        (
+            {"partial_rotary_factor": "half"},
+            r"partial_rotary_factor must be a number in \(0, 1\], got 'half'",
+        ),
     ],
 )
 def test_config_errors(cfg, match):
@@ -571,3 +583,136 @@ def test_importing_rotary_does_not_import_triton():
     code = "import sys, mrope.rotary; assert 'triton' not in sys.modules, 'triton imported'"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the same mrope as this process
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_family_rotary_embedding_with_zero_heads_is_an_mrope_error():
+    """It raised ZeroDivisionError (``hidden_size // num_attention_heads``)."""
+    from mrope.families import from_config
+
+    family = from_config(CONFIG_MAPPING["qwen2_5_vl"](text_config={**_QWEN2, "num_attention_heads": 0}))
+    with pytest.raises(MRopeError, match=r"has num_attention_heads = 0, expected a positive int"):
+        family.rotary_embedding()
+
+
+def test_numpy_scalars_are_taken_as_position_table_takes_them():
+    """numpy integers (and numpy floats for the base) were refused: PositionTable takes them."""
+    plain = MRotaryEmbedding(48, 32, 512, 10000.0, (4, 6, 6), dtype=torch.float32)
+    for head, rot, max_pos, base in (
+        (np.int64(48), np.int32(32), np.int64(512), np.float32(10000.0)),
+        (np.int16(48), np.int64(32), np.uint16(512), np.int64(10000)),
+        (48, 32, 512, np.float64(1e4)),
+    ):
+        rope = MRotaryEmbedding(head, rot, max_pos, base, (np.int64(4), 6, 6), dtype=torch.float32)
+        assert (rope.head_size, rope.rotary_dim, rope.max_position, rope.base) == (48, 32, 512, 1e4)
+        assert type(rope.head_size) is int and type(rope.base) is float
+        assert torch.equal(rope.cos_sin_cache, plain.cos_sin_cache)
+    for bad in (np.bool_(True), np.float64(48.0)):
+        with pytest.raises(MRopeError, match=r"head_size must be a positive int"):
+            MRotaryEmbedding(bad, 32, 512, 1e4, (4, 6, 6))
+    with pytest.raises(MRopeError, match=r"base \(rope_theta\) must be a finite number > 1"):
+        MRotaryEmbedding(48, 32, 512, np.bool_(True), (4, 6, 6))
+    with pytest.raises(MRopeError, match=r"base \(rope_theta\) must be a finite number > 1"):
+        MRotaryEmbedding(48, 32, 512, np.float32("nan"), (4, 6, 6))
+    cfg = {"model_type": "qwen2_vl_text", "hidden_size": 96, "num_attention_heads": np.int64(2)}
+    cfg.update({"max_position_embeddings": 64, "rope_parameters": {"rope_theta": 1e4}})
+    rope = rotary_embedding_from_config(
+        {**cfg, "rope_parameters": {"rope_theta": 1e4, "mrope_section": [8, 8, 8]}},
+        layout="chunked",
+        is_neox_style=True,
+        positions_factor=np.int64(4),
+    )
+    assert rope.max_position == 256 and rope.head_size == 48
+
+
+def _unwritable() -> list:
+    """(4, 48) tensors (one head of 48 channels) that cannot be rotated in place, and what the error says."""
+    with torch.inference_mode():
+        inference = torch.randn(4, 48)
+    sharing = r"has elements sharing memory \(shape \(4, (1, )?48\), strides \((0|1), "
+    return [
+        (torch.randn(48).expand(4, 48), sharing),
+        (torch.randn(64).as_strided((4, 48), (1, 1)), sharing),
+        (torch.randn(1, 1, 48).expand(4, 1, 48), sharing),
+        (inference, r"is an inference tensor \(made under torch.inference_mode\(\)\)"),
+    ]
+
+
+@pytest.mark.parametrize("call", ["forward", "forward_decode", "apply_mrope_inplace"])
+def test_nothing_is_written_before_a_tensor_that_cannot_be_written_is_refused(call):
+    """``query`` was rotated, then the write of ``key`` failed with torch's RuntimeError, so that a retry
+    rotated ``query`` twice. Everything that can make a write fail is checked first, for both."""
+    from mrope.rotary import apply_mrope_inplace
+
+    rope = _small("chunked", dtype=torch.float32)
+    positions, seq_lens, deltas = torch.tensor([3, 5, 7, 9]), torch.tensor([4, 6, 8, 10]), torch.zeros(4)
+
+    def run(q, k):
+        if call == "forward":
+            return rope(positions, q, k)
+        if call == "forward_decode":
+            return rope.forward_decode(seq_lens, deltas.long(), q, k)
+        return apply_mrope_inplace(rope, positions, q, k)
+
+    for bad, what in _unwritable():
+        for name in ("query", "key"):
+            good = torch.randn(4, 96)
+            before = good.clone()
+            with pytest.raises(MRopeError, match=f"{name} {what}"):
+                run(*((bad, good) if name == "query" else (good, bad)))
+            assert torch.equal(good, before)
+    q, k = torch.randn(4, 96), torch.randn(4, 48)
+    expected = rope(positions, q.clone(), k.clone())
+    with pytest.raises(MRopeError):
+        run(q, torch.randn(48).expand(4, 48))
+    run(q, k)  # the retry rotates query once
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+
+
+def test_inference_tensors_are_rotated_under_inference_mode():
+    rope = _small("chunked", dtype=torch.float32)
+    q, k = torch.randn(4, 96), torch.randn(4, 48)
+    expected = rope(torch.arange(4), q.clone(), k.clone())
+    with torch.inference_mode():
+        qi, ki = q.clone(), k.clone()
+        got = rope(torch.arange(4), qi, ki)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    qn, kn = q.clone(), k.clone()  # normal tensors, written under inference mode
+    with torch.inference_mode():
+        rope(torch.arange(4), qn, kn)
+    assert torch.equal(qn, expected[0]) and torch.equal(kn, expected[1])
+
+
+def test_strided_views_that_share_no_memory_are_rotated_in_place():
+    """Only overlapping channels are refused: the rotated channels of a fused qkv view, a transposed
+    layout, or heads whose pass-through tails overlap, are written."""
+    rope = _small("chunked", dtype=torch.float32)  # rotary_dim 32 of head_size 48
+    positions = torch.tensor([3, 5, 7, 9])
+    q = torch.randn(96, 4).t()  # (4, 96), token stride 1
+    k = torch.randn(4, 48)
+    expected = rope(positions, q.contiguous(), k.clone())
+    rope(positions, q, k)
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+    store = torch.randn(4, 2 * 48 - 16)  # each head's 16-channel tail is the next head's first channels
+    heads = store.as_strided((4, 2, 48), (store.stride(0), 32, 1))
+    rope(positions, heads, torch.randn(4, 48))  # rotated channels 0-31 and 32-63: disjoint
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_nested_and_sparse_tensors_are_refused():
+    """They raised RuntimeError ("NestedTensorImpl doesn't support sizes")."""
+    rope = _small("chunked", dtype=torch.float32)
+    q, k, positions = torch.randn(4, 96), torch.randn(4, 48), torch.arange(4)
+    nested = torch.nested.nested_tensor([torch.randn(96)] * 4)
+    jagged = torch.nested.nested_tensor([torch.randn(96), torch.randn(48)], layout=torch.jagged)
+    sparse = torch.randn(4, 96).to_sparse()
+    for bad, kind in ((nested, "nested"), (jagged, "nested"), (sparse, "sparse_coo")):
+        with pytest.raises(MRopeError, match=rf"query is a {kind} tensor"):
+            rope(positions, bad, k)
+        with pytest.raises(MRopeError, match=rf"key is a {kind} tensor"):
+            rope(positions, q, bad)
+        with pytest.raises(MRopeError, match=rf"query is a {kind} tensor"):
+            apply_mrope(rope, positions, bad, k)
+    with pytest.raises(MRopeError, match=r"positions is a nested tensor"):
+        rope(torch.nested.nested_tensor([torch.arange(4)] * 3), q, k)
+    with pytest.raises(MRopeError, match=r"seq_lens is a nested tensor"):
+        rope.forward_decode(torch.nested.nested_tensor([torch.arange(4)]), torch.zeros(4), q, k)

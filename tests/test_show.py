@@ -267,3 +267,145 @@ def test_without_matplotlib(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import matplotlib.figure fails
     with pytest.raises(mrope.MRopeError, match=r"pip install 'mrope\[show\]'"):
         show(prompt.family, prompt.input_ids, **prompt.inputs, path=tmp_path / "x.png")
+
+
+# -- bounds: the prompt's size from its parts, the output path -----------------------------------------
+def model_of(example: str) -> dict:
+    """The model part of a docs example (model_type and settings)."""
+    spec = json.loads((EXAMPLES / f"{example}.json").read_text())
+    return {k: v for k, v in spec.items() if k in ("config", "model_type", "settings")}
+
+
+#: prompts of a few bytes that ask for far more than mrope show draws, per layout: (example, parts,
+#: use_audio_in_video, the part that passes the bound)
+HUGE_PROMPTS = {
+    "text": ("qwen2_5_vl", [{"text": 10**9}], False, "prompt[0]"),
+    "image": ("qwen2_5_vl", [{"text": 2}, {"image": [1, 2**16, 2**16]}], False, "prompt[1]"),
+    "frames": ("qwen3_vl", [{"video": [10**9, 2, 2]}], False, "prompt[0]"),  # a Python step per frame
+    "timestamps": ("qwen3_vl", [{"video": [4, 2, 2], "timestamp_tokens": 10**9}], False, "prompt[0]"),
+    "glm": ("glm4v", [{"text": 1}, {"video": [10**9, 2, 2]}], False, "prompt[1]"),
+    "ernie": ("ernie4_5_vl", [{"video": [2 * 10**9, 4, 4]}], False, "prompt[0]"),
+    "audio": ("qwen2_5_omni", [{"audio": 10**30}], False, "prompt[0]"),  # past int64
+    "audio in video": ("qwen3_omni", [{"video": [2, 4, 4], "audio": 10**12}], True, "prompt[0]"),
+    "many parts": ("qwen2_5_vl", [{"text": 2**19}, {"text": 2**19}, {"text": 1}], False, "prompt[2]"),
+}
+
+
+def test_huge_prompts_are_refused_from_their_parts(tmp_path: Path) -> None:
+    """A prompt file of a few bytes asking for a billion tokens is refused before any token is laid out:
+    in a child process limited to 1 GiB of address space, each file is refused within a second with a
+    message naming the part, and the command exits with status 2 (no MemoryError)."""
+    pytest.importorskip("resource")  # POSIX: the child limits its address space
+    import subprocess
+
+    files = {}
+    for name, (example, parts, audio, _) in HUGE_PROMPTS.items():
+        spec = {**model_of(example), "prompt": parts, **({"use_audio_in_video": True} if audio else {})}
+        files[name] = write(tmp_path, spec, f"{name.replace(' ', '_')}.json")
+        assert files[name].stat().st_size < 400
+    child = f"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({1 << 30}, {1 << 30}))
+from mrope.cli import load_prompt, main
+for path in sys.argv[1:]:
+    start = time.perf_counter()
+    try:
+        load_prompt(path)
+        result = "loaded"
+    except Exception as error:
+        result = f"{{type(error).__name__}}: {{error}}"
+    status = main(["show", path, "--out", path + ".png"])
+    print(json.dumps([result, time.perf_counter() - start, status]), flush=True)
+"""
+    src = Path(mrope.__file__).resolve().parents[1]
+    env = {"PYTHONPATH": str(src), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PATH": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", child, *map(str, files.values())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == len(files), done.stderr[-2000:]
+    for (name, (_, _, _, part)), line in zip(HUGE_PROMPTS.items(), lines, strict=True):
+        result, seconds, status = json.loads(line)
+        assert result.startswith(f"MRopeError: {part}: the prompt reaches "), (name, result)
+        assert result.endswith("mrope show draws prompts of at most 1,048,576 tokens"), (name, result)
+        assert seconds < 1.0 and status == 2, (name, seconds, status)
+    assert "Traceback" not in done.stderr and done.stderr.count("mrope show: error: ") == len(files)
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_the_bound_is_exact(tmp_path: Path) -> None:
+    """A prompt of MAX_TOKENS tokens is laid out, one more token is refused (the size counted from the
+    parts is the length of the ids laid out); show() refuses longer ids before computing positions."""
+    from mrope.show import MAX_TOKENS
+
+    image = 1 * 4 * 4 // 4 + 2  # an image of grid (1, 4, 4): its pads and two markers
+    parts = [{"text": 3}, {"image": [1, 4, 4]}, {"text": MAX_TOKENS - 3 - image}]
+    prompt = load_prompt(write(tmp_path, {**QWEN2_5_VL, "prompt": parts}))
+    assert len(prompt.input_ids) == MAX_TOKENS
+    parts[-1]["text"] += 1
+    with pytest.raises(
+        mrope.MRopeError, match=r"^prompt\[2\]: the prompt reaches 1,048,577 tokens with this"
+    ):
+        load_prompt(write(tmp_path, {**QWEN2_5_VL, "prompt": parts}))
+    ids = np.zeros(MAX_TOKENS + 1, dtype=np.int64)
+    with pytest.raises(mrope.MRopeError, match=r"^the prompt has 1,048,577 tokens: mrope.show draws prompts"):
+        show(prompt.family, ids, path=tmp_path / "x.png")
+    with pytest.raises(mrope.MRopeError, match=r"'input_ids' has 1,048,577 tokens"):
+        load_prompt(write(tmp_path, {**QWEN2_5_VL, "input_ids": ids.tolist()}, "ids.json"))
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_a_prompt_file_too_large_is_not_read(tmp_path: Path, monkeypatch) -> None:
+    import mrope.cli
+
+    path = write(tmp_path, {**QWEN2_5_VL, "prompt": [{"text": 5}]})
+    monkeypatch.setattr(mrope.cli, "MAX_FILE_BYTES", 50)
+    with pytest.raises(
+        mrope.MRopeError, match=r"the prompt file has \d+ bytes: more than the 50 of a prompt"
+    ):
+        load_prompt(path)
+
+
+@pytest.mark.parametrize("where", ["a folder", "a missing folder", "a file as folder", "a name too long"])
+def test_unwritable_output_paths(tmp_path: Path, capsys, where: str) -> None:
+    """The command prints the error and exits with status 2 before drawing anything; nothing is written."""
+    prompt = write(tmp_path, {**QWEN2_5_VL, "prompt": [{"text": 3}, {"image": [1, 4, 4]}]})
+    out = {
+        "a folder": tmp_path / "folder.png",
+        "a missing folder": tmp_path / "absent" / "x.png",
+        "a file as folder": prompt / "x.png",
+        "a name too long": tmp_path / ("a" * 300 + ".png"),
+    }[where]
+    if where == "a folder":
+        out.mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["show", str(prompt), "--out", str(out)]) == 2
+    message = {
+        "a folder": "is a folder",
+        "a missing folder": "does not exist",
+        "a file as folder": "does not exist",
+        "a name too long": "cannot write the picture to",
+    }[where]
+    err = capsys.readouterr().err
+    assert err.startswith("mrope show: error: ") and message in err and "Traceback" not in err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_failed_write_is_the_command_error(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A write that fails (a full disk, no permission) is reported like any other problem."""
+    pytest.importorskip("matplotlib")
+    import errno
+
+    def no_space(self: Path, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", no_space)
+    prompt = write(tmp_path, {**QWEN2_5_VL, "prompt": [{"text": 3}, {"image": [1, 4, 4]}]})
+    assert main(["show", str(prompt), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write the picture to {str(tmp_path / 'x.png')!r}: No space left on device" in err
+    assert not (tmp_path / "x.png").exists()

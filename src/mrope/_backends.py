@@ -13,13 +13,32 @@ import numpy as np
 
 from ._errors import MRopeError
 
-#: the environment variable that turns off mrope's compiled (numba) paths: ``MROPE_NUMBA=0``
+#: the environment variable that turns off mrope's compiled (numba) paths: ``MROPE_NUMBA=0`` (or
+#: ``false``, ``off``, ``no``, in any case, as ``MROPE_VLLM`` reads them)
 NUMBA_ENV = "MROPE_NUMBA"
+#: the values of an environment variable that mean "off" (``MROPE_NUMBA``, ``MROPE_VLLM``)
+OFF_VALUES = ("0", "false", "off", "no")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def numba_allowed() -> bool:
-    """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA=0``)."""
-    return os.environ.get(NUMBA_ENV, "").strip() != "0"
+    """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA`` is ``0``,
+    ``false``, ``off`` or ``no``)."""
+    return os.environ.get(NUMBA_ENV, "").strip().lower() not in OFF_VALUES
+
+
+def overlapping(shape: Any, strides: Any, itemsize: int = 1) -> bool:
+    """Whether two elements of an array of this shape and strides share memory (strides and
+    ``itemsize`` in bytes for numpy; in elements, ``itemsize`` 1, for torch). Exact for the layouts
+    of slices, transposes and expands; a layout whose dimensions interleave counts as overlapping."""
+    if 0 in shape:
+        return False
+    reach = 0  # how far past an element's start the dimensions of smaller strides reach
+    for stride, size in sorted((abs(st), sz) for st, sz in zip(strides, shape, strict=True) if sz > 1):
+        if stride < reach + itemsize:
+            return True
+        reach += stride * (size - 1)
+    return False
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -45,6 +64,9 @@ def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
 def _torch_values(x: Any, name: str) -> np.ndarray:
     """The values of a tensor that ``numpy()`` cannot view: on a device, with grad, or of a dtype numpy
     lacks (bfloat16, float8: converted to float32, which holds each of their values exactly)."""
+    if x.is_nested or x.layout is not sys.modules["torch"].strided:
+        kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+        raise MRopeError(f"{name} is a {kind} tensor: pass a dense (strided) tensor, an array or a list")
     if x.device.type == "meta":
         raise MRopeError(f"{name} is a tensor on the meta device, which holds no values")
     x = x.detach().cpu()
@@ -57,7 +79,8 @@ def _torch_values(x: Any, name: str) -> np.ndarray:
 
 
 def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:
-    """An int64 numpy array of the given rank; bool and float inputs are refused with a clear message."""
+    """An int64 numpy array of the given rank; bool and float inputs are refused with a clear message,
+    and so are integers beyond int64 (named with their value, never wrapped)."""
     arr = x if type(x) is np.ndarray else to_numpy(x, name=name)
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.dtype == np.int64 and arr.ndim in ndims:  # the common case, checked first: no copy
@@ -68,8 +91,38 @@ def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarra
     if arr.size == 0 and arr.dtype == np.float64:
         return arr.astype(np.int64)  # np.asarray([]) is float64: an empty list is still a valid id list
     if arr.dtype.kind not in "iu":
-        raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        refuse_non_integers(arr, x, name)
+    check_int64_range(arr, name)
     return arr.astype(np.int64, copy=False)
+
+
+def refuse_non_integers(arr: np.ndarray, x: Any, name: str) -> None:
+    """Raise for ``arr`` (``x`` read by numpy) holding other than integers. Python integers beyond
+    int64 make numpy choose float64 or object: those are named with their value, not the dtype."""
+    if arr.dtype.kind in "fO" and not isinstance(x, np.ndarray) and not is_torch_tensor(x):
+        try:
+            items = np.asarray(x, dtype=object)
+        except (TypeError, ValueError):
+            items = None
+        values = items.reshape(-1).tolist() if items is not None and items.shape == arr.shape else []
+        if values and all(type(v) is int or isinstance(v, np.integer) for v in values):
+            beyond = next((i for i, v in enumerate(values) if not _INT64_MIN <= v <= _INT64_MAX), None)
+            if beyond is not None:
+                where = list(map(int, np.unravel_index(beyond, arr.shape)))
+                raise MRopeError(
+                    f"{name}{where} = {values[beyond]} does not fit in int64 (the integers mrope reads)"
+                )
+    raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+
+
+def check_int64_range(arr: np.ndarray, name: str) -> None:
+    """Raise for a uint64 value beyond int64 (``astype`` would wrap it to a negative one)."""
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and arr.max() > _INT64_MAX:
+        beyond = int(np.argmax(arr > _INT64_MAX))
+        where = list(map(int, np.unravel_index(beyond, arr.shape)))
+        raise MRopeError(
+            f"{name}{where} = {arr.reshape(-1)[beyond]} does not fit in int64 (the integers mrope reads)"
+        )
 
 
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)

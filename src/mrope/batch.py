@@ -35,7 +35,9 @@ def get_rope_index(
         model's config does not change); pass a family to control this.
     input_ids : torch tensor or numpy array, shape (B, L), integer
     image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
-    second_per_grid_ts : (num_videos,), optional (families that scale video time)
+    second_per_grid_ts : (num_videos,), optional (families that scale video time). Under
+        ``compat="transformers"`` Qwen2.5-VL computes the time in its dtype, as transformers does
+        (bfloat16, float16, float32 or float64 tensors; see :meth:`Family.positions`).
     attention_mask : shape (B, L), optional; 0 marks padding (left or right). Padded slots get 0.
     compat : ``"vllm"`` or ``"transformers"``; defaults to the family's own, ``"vllm"`` for configs.
     audio_seqlens : (num_audios,) audio feature lengths in batch order, optional (Omni families only)

@@ -28,8 +28,12 @@ Example::
      "prompt": [{"text": 8}, {"image": [1, 16, 24]}, {"text": 4},
                 {"video": [8, 8, 8], "second_per_grid_ts": 1.0}, {"text": 6}]}
 
-Every problem with the file raises :class:`mrope.MRopeError` naming it; the command prints it and exits
-with status 2.
+The prompt is drawn up to :data:`mrope.show.MAX_TOKENS` tokens (2**20): its size is counted from the
+parts (O(parts), before any token is laid out), and a larger prompt is refused naming the part that
+passes the bound; a file over :data:`MAX_FILE_BYTES` is not read.
+
+Every problem with the file or with the output path (a folder, a missing folder, a name the system
+refuses) raises :class:`mrope.MRopeError` naming it; the command prints it and exits with status 2.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 
 from ._errors import MRopeError
 from .families import Family, from_config
-from .show import COMPATS, show
+from .show import COMPATS, MAX_TOKENS, show
 
 __all__ = ["PromptFile", "build_prompt", "load_prompt", "main"]
 
@@ -93,6 +97,8 @@ DEFAULT_MARKERS = {
     "omni": {},
 }
 PART_KINDS = ("text", "image", "video", "audio")
+#: the largest prompt file read (64 MiB): room for MAX_TOKENS ids, written out, and a config
+MAX_FILE_BYTES = 64 << 20
 DEFAULT_TIMESTAMP_TOKENS = 3
 PROMPT_INPUTS = (
     "image_grid_thw",
@@ -128,11 +134,18 @@ def load_prompt(path: str | Path) -> PromptFile:
     Raises
     ------
     MRopeError
-        The file is missing or not a JSON object, names no model or an unknown one, has an unknown key
-        or a malformed part.
+        The file is missing, larger than :data:`MAX_FILE_BYTES` or not a JSON object, names no model or
+        an unknown one, has an unknown key or a malformed part, or its prompt has more than
+        :data:`mrope.show.MAX_TOKENS` tokens (counted from its parts, before any is laid out).
     """
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise MRopeError(
+                f"{path}: the prompt file has {size:,} bytes: more than the "
+                f"{MAX_FILE_BYTES:,} of a prompt mrope show can draw ({MAX_TOKENS:,} tokens)"
+            )
         spec = json.loads(path.read_text())
     except OSError as error:
         raise MRopeError(f"cannot read the prompt file {str(path)!r}: {error.strerror}") from None
@@ -147,6 +160,11 @@ def load_prompt(path: str | Path) -> PromptFile:
     if ("prompt" in spec) == ("input_ids" in spec):
         raise MRopeError(f"{path}: give either 'prompt' (a list of parts) or 'input_ids', not both or none")
     if "input_ids" in spec:
+        if isinstance(spec["input_ids"], list) and len(spec["input_ids"]) > MAX_TOKENS:
+            raise MRopeError(
+                f"{path}: 'input_ids' has {len(spec['input_ids']):,} tokens: mrope show draws prompts of "
+                f"at most {MAX_TOKENS:,} tokens"
+            )
         inputs = {name: spec[name] for name in PROMPT_INPUTS if spec.get(name) is not None}
         return PromptFile(family, spec["input_ids"], inputs)
     parts = spec["prompt"]
@@ -183,7 +201,10 @@ def _family(spec: dict[str, Any], path: Path) -> Family:
 
 def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bool = False) -> PromptFile:
     """The token ids and grids of ``parts`` (see the module docstring), laid out as the family's
-    processor lays them out."""
+    processor lays them out.
+
+    The size of the prompt is known from its parts before any token is laid out (O(parts)): a prompt of
+    more than :data:`mrope.show.MAX_TOKENS` tokens is refused, naming the part that passes the bound."""
     layout = LAYOUTS.get(family.model_type)
     if layout is None:
         raise MRopeError(f"no prompt layout for {family.model_type}: give 'input_ids' instead of 'prompt'")
@@ -191,7 +212,8 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
     merge = settings["spatial_merge_size"]
     temporal = settings.get("temporal_merge_size", 1)
     text_id = _text_id(config)
-    ids: list[int] = []
+    pieces: list[_Piece] = []
+    size = 0
     images: list[list[int]] = []
     videos: list[list[int]] = []
     seconds: list[float] = []
@@ -211,8 +233,8 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
             )
         return config[name]
 
-    def block(pad: int, count: int, start: str, end: str) -> None:
-        ids.extend([marker(start), *[pad] * count, marker(end)])
+    def block(pad: int, count: int, start: str, end: str) -> list[tuple[int, int]]:
+        return [(marker(start), 1), (pad, count), (marker(end), 1)]
 
     for number, part in enumerate(parts):
         where = f"prompt[{number}]"
@@ -224,13 +246,16 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
                 f"{where}: a part is an object with one of text, image, video, audio; got {part!r}"
             )
         kind = kinds[0]
+        piece = _Piece()
         if kind == "text":
-            ids.extend(_text(part["text"], text_id, where))
+            piece.ids = _text(part["text"], where)
+            if piece.ids is None:
+                piece.runs = [(text_id, _count(part["text"], f"{where} text", 0))]
         elif kind == "audio":
             if layout != "omni":
                 raise MRopeError(f"{where}: {family.model_type} takes no audio")
             audios.append(_count(part["audio"], f"{where} audio"))
-            block(
+            piece.runs = block(
                 settings["audio_token_id"],
                 _audio_tokens(family, audios[-1]),
                 "audio_start_token_id",
@@ -239,28 +264,32 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
         elif kind == "image":
             grid = _grid(part["image"], merge, 1, where)
             images.append(grid)
-            block(settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks)
+            piece.runs = block(
+                settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks
+            )
         else:
             grid = _grid(part["video"], merge, temporal, where)
             videos.append(grid)
             if "second_per_grid_ts" in part:
                 seconds.append(part["second_per_grid_ts"])
             plane = grid[1] * grid[2] // merge**2
-            stamp = [text_id] * _count(
-                part.get("timestamp_tokens", DEFAULT_TIMESTAMP_TOKENS), f"{where} timestamp_tokens", 0
+            stamp = (
+                text_id,
+                _count(
+                    part.get("timestamp_tokens", DEFAULT_TIMESTAMP_TOKENS), f"{where} timestamp_tokens", 0
+                ),
             )
-            if layout == "glm":
-                ids.append(marker("video_start_token_id"))
-                for _ in range(grid[0]):
-                    block(settings["image_token_id"], plane, *image_marks)
-                    ids.extend(stamp)
-                ids.append(marker("video_end_token_id"))
-            elif layout == "frames":
-                for _ in range(grid[0]):
-                    ids.extend(stamp)
-                    block(settings["video_token_id"], plane, "vision_start_token_id", "vision_end_token_id")
+            if layout == "glm":  # per frame an image block and its timestamp, between the video markers
+                frame = block(settings["image_token_id"], plane, *image_marks) + [stamp]
+                piece.runs = [(marker("video_start_token_id"), 1)]
+                piece.frames, piece.frame, piece.after = grid[0], frame, [(marker("video_end_token_id"), 1)]
+            elif layout == "frames":  # per frame its timestamp and a block
+                piece.frames = grid[0]
+                piece.frame = [stamp] + block(
+                    settings["video_token_id"], plane, "vision_start_token_id", "vision_end_token_id"
+                )
             elif layout == "ernie":
-                block(
+                piece.runs = block(
                     settings["video_token_id"],
                     grid[0] // temporal * plane,
                     "video_start_token_id",
@@ -272,19 +301,28 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
                         f"{where}: use_audio_in_video: the video needs its 'audio' (feature frames)"
                     )
                 audios.append(_count(part["audio"], f"{where} audio"))
-                ids.extend(
-                    [marker("vision_start_token_id"), marker("audio_start_token_id")]
-                    + [settings["video_token_id"]] * (grid[0] * plane)
-                    + [settings["audio_token_id"]] * _audio_tokens(family, audios[-1])
-                    + [marker("audio_end_token_id"), marker("vision_end_token_id")]
-                )
+                piece.runs = [
+                    (marker("vision_start_token_id"), 1),
+                    (marker("audio_start_token_id"), 1),
+                    (settings["video_token_id"], grid[0] * plane),
+                    (settings["audio_token_id"], _audio_tokens(family, audios[-1])),
+                    (marker("audio_end_token_id"), 1),
+                    (marker("vision_end_token_id"), 1),
+                ]
             else:
-                block(
+                piece.runs = block(
                     settings["video_token_id"],
                     grid[0] * plane,
                     "vision_start_token_id",
                     "vision_end_token_id",
                 )
+        size += piece.size()
+        if size > MAX_TOKENS:
+            raise MRopeError(
+                f"{where}: the prompt reaches {size:,} tokens with this {kind}: mrope show draws prompts "
+                f"of at most {MAX_TOKENS:,} tokens"
+            )
+        pieces.append(piece)
     if seconds and len(seconds) != len(videos):
         raise MRopeError("give second_per_grid_ts for every video or for none")
     inputs: dict[str, Any] = {"image_grid_thw": images or None, "video_grid_thw": videos or None}
@@ -294,7 +332,42 @@ def build_prompt(family: Family, parts: Sequence[Any], *, use_audio_in_video: bo
         inputs.update(audio_seqlens=audios or None, use_audio_in_video=use_audio_in_video)
     elif use_audio_in_video:
         raise MRopeError(f"use_audio_in_video: {family.model_type} takes no audio")
+    ids: list[int] = []
+    for piece in pieces:
+        piece.extend(ids)
     return PromptFile(family, ids, inputs)
+
+
+@dataclass
+class _Piece:
+    """One part's tokens, run-length encoded: ``ids`` as given, or ``runs`` (token id, count), then
+    ``frames`` times the runs of ``frame``, then ``after``; its size is known before it is laid out."""
+
+    ids: list[int] | None = None
+    runs: list[tuple[int, int]] = field(default_factory=list)
+    frames: int = 0
+    frame: list[tuple[int, int]] = field(default_factory=list)
+    after: list[tuple[int, int]] = field(default_factory=list)
+
+    def size(self) -> int:
+        if self.ids is not None:
+            return len(self.ids)
+        return sum(n for _, n in self.runs + self.after) + self.frames * sum(n for _, n in self.frame)
+
+    def extend(self, ids: list[int]) -> None:
+        """Append the piece's tokens to ``ids`` (a frame is laid out once, then repeated)."""
+        if self.ids is not None:
+            ids.extend(self.ids)
+            return
+        for token, count in self.runs:
+            ids.extend([token] * count)
+        if self.frames:
+            frame: list[int] = []
+            for token, count in self.frame:
+                frame.extend([token] * count)
+            ids.extend(frame * self.frames)
+        for token, count in self.after:
+            ids.extend([token] * count)
 
 
 def _text_id(config: dict[str, Any]) -> int:
@@ -303,12 +376,13 @@ def _text_id(config: dict[str, Any]) -> int:
     return next(i for i in range(1000, 1000 + len(special) + 1) if i not in special)
 
 
-def _text(value: Any, text_id: int, where: str) -> list[int]:
+def _text(value: Any, where: str) -> list[int] | None:
+    """A text part's ids when it lists them, else None (a count of text tokens)."""
     if isinstance(value, list):
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
             raise MRopeError(f"{where}: text ids must be integers, got {value!r}")
         return value
-    return [text_id] * _count(value, f"{where} text", 0)
+    return None
 
 
 def _count(value: Any, what: str, least: int = 1) -> int:
@@ -330,7 +404,7 @@ def _grid(value: Any, merge: int, temporal: int, where: str) -> list[int]:
 
 def _audio_tokens(family: Family, seqlen: int) -> int:
     """Placeholder tokens of an audio of ``seqlen`` feature frames (the Omni family's own count)."""
-    return int(family.audio_tokens(np.array([seqlen]))[0])
+    return int(family.audio_tokens(np.array([seqlen], dtype=object))[0])  # Python ints: no overflow
 
 
 def main(argv: Sequence[str] | None = None) -> int:

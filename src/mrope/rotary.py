@@ -29,9 +29,11 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from ._backends import overlapping
 from ._errors import MRopeError
 
 LAYOUTS = ("chunked", "interleaved", "ernie")
@@ -212,8 +214,9 @@ class MRotaryEmbedding(nn.Module):
             ("rotary_dim", rotary_dim),
             ("max_position", max_position),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise MRopeError(f"{name} must be a positive int, got {value!r}")
+        head_size, rotary_dim, max_position = int(head_size), int(rotary_dim), int(max_position)
         if max_position > MAX_POSITION_LIMIT:
             raise MRopeError(
                 f"max_position {max_position} exceeds {MAX_POSITION_LIMIT} (2**24): float32 angles are exact "
@@ -222,8 +225,8 @@ class MRotaryEmbedding(nn.Module):
         if rotary_dim % 2 or rotary_dim > head_size:
             raise MRopeError(f"rotary_dim {rotary_dim} must be even and at most head_size {head_size}")
         if (
-            not isinstance(base, (int, float))
-            or isinstance(base, bool)
+            not isinstance(base, (int, float, np.integer, np.floating))
+            or isinstance(base, (bool, np.bool_))
             or not math.isfinite(base)
             or not base > 1
         ):
@@ -355,7 +358,7 @@ class MRotaryEmbedding(nn.Module):
         if self._use_triton(query, deltas):
             from .ops.mrope_rotary import mrope_rotary_decode_inplace
 
-            _check_qk(self, query, key, seq_lens.shape[0])
+            _check_qk(self, query, key, seq_lens.shape[0], writes=True)
             if self.check_positions:
                 self._check_range(seq_lens - 1 + deltas)
             mrope_rotary_decode_inplace(
@@ -462,6 +465,11 @@ def _float_cast_of(fn: Any) -> torch.dtype | None:
     return None
 
 
+def _is_int(value: Any) -> bool:
+    """A Python or numpy integer, not a bool (as :class:`mrope.PositionTable` takes them)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _triton_available() -> bool:
     try:
         import triton  # noqa: F401
@@ -470,10 +478,15 @@ def _triton_available() -> bool:
     return True
 
 
-def _check_qk(rope: MRotaryEmbedding, query: torch.Tensor, key: torch.Tensor, num_tokens: int) -> None:
+def _check_qk(
+    rope: MRotaryEmbedding, query: torch.Tensor, key: torch.Tensor, num_tokens: int, writes: bool = False
+) -> None:
+    """Shapes, dtypes and devices of ``query`` and ``key``; with ``writes`` (the in-place calls) also
+    that both can be written in place, so that a refusal comes before the first write."""
     for name, x in (("query", query), ("key", key)):
         if not isinstance(x, torch.Tensor):
             raise MRopeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        _check_dense(name, x)
         if x.dtype != rope.dtype:
             raise MRopeError(f"{name} has dtype {x.dtype}, expected {rope.dtype} (the module's dtype)")
         if x.ndim == 2:
@@ -493,6 +506,42 @@ def _check_qk(rope: MRotaryEmbedding, query: torch.Tensor, key: torch.Tensor, nu
             raise MRopeError(f"{name} has {x.shape[0]} tokens, positions have {num_tokens}")
         if x.device != query.device:
             raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
+        if writes and not torch.compiler.is_compiling():
+            _check_writable(name, x, rope.head_size, rope.rotary_dim)
+
+
+def _check_dense(name: str, x: torch.Tensor) -> None:
+    if x.is_nested or x.layout is not torch.strided:
+        kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+        raise MRopeError(f"{name} is a {kind} tensor: pass a dense (strided) tensor")
+
+
+def _check_writable(name: str, x: torch.Tensor, head_size: int, rotary_dim: int) -> None:
+    """Refuse what would make an in-place write of ``x``'s rotated channels fail, or write wrong
+    values: an inference tensor outside inference mode, and channels that share memory (an
+    ``expand()`` or ``as_strided`` view)."""
+    if x.is_inference() and not torch.is_inference_mode_enabled():
+        raise MRopeError(
+            f"{name} is an inference tensor (made under torch.inference_mode()), which cannot be written in "
+            "place outside inference mode: call under torch.inference_mode(), or pass a clone()"
+        )
+    if x.is_contiguous():
+        return
+    stride = x.stride()
+    if x.ndim == 2:  # (tokens, heads * head_size) as (tokens, heads, rotary_dim)
+        if stride[1] == 1 and stride[0] >= x.shape[1]:  # rows of a wider tensor (a fused qkv)
+            return
+        shape = (x.shape[0], x.shape[1] // head_size, rotary_dim)
+        strides = (stride[0], stride[1] * head_size, stride[1])
+    else:
+        if stride[2] == 1 and stride[1] >= head_size and stride[0] >= stride[1] * x.shape[1]:
+            return
+        shape, strides = (*x.shape[:2], rotary_dim), stride
+    if overlapping(shape, strides):
+        raise MRopeError(
+            f"{name} has elements sharing memory (shape {tuple(x.shape)}, strides {x.stride()}, e.g. an "
+            "expand()ed tensor): it cannot be rotated in place; pass a clone(), or use apply_mrope"
+        )
 
 
 _SIGNED_INTS = (torch.int64, torch.int32, torch.int16, torch.int8)
@@ -522,6 +571,7 @@ def _check_position_dtype(name: str, dtype: torch.dtype) -> None:
 def _check_positions(positions: Any, query: torch.Tensor) -> torch.Tensor:
     if not isinstance(positions, torch.Tensor):
         raise MRopeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+    _check_dense("positions", positions)
     _check_position_dtype("positions", positions.dtype)
     if positions.ndim not in (1, 2) or (positions.ndim == 2 and positions.shape[0] != 3):
         raise MRopeError(
@@ -536,6 +586,7 @@ def _check_decode(seq_lens: Any, deltas: Any, query: torch.Tensor) -> tuple[torc
     for name, x in (("seq_lens", seq_lens), ("deltas", deltas)):
         if not isinstance(x, torch.Tensor):
             raise MRopeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        _check_dense(name, x)
         if isinstance(query, torch.Tensor) and x.device != query.device:
             raise MRopeError(f"{name} is on {x.device}, query on {query.device}")
     if seq_lens.ndim != 1 or seq_lens.dtype not in _SIGNED_INTS:
@@ -687,7 +738,7 @@ def apply_mrope_inplace(
     apply_mrope : returns new tensors instead.
     """
     positions = _check_positions(positions, query)
-    _check_qk(rope, query, key, positions.shape[-1])
+    _check_qk(rope, query, key, positions.shape[-1], writes=True)
     if rope._use_triton(query, positions):
         from .ops.mrope_rotary import mrope_rotary_inplace
 
@@ -823,14 +874,31 @@ def rotary_embedding_from_config(
         raise MRopeError(f"rope type {rope_type!r} is not supported; expected 'default' (or legacy 'mrope')")
     if rope.get("mrope_interleaved") and layout != "interleaved":
         raise MRopeError(f"config sets mrope_interleaved but layout is {layout!r}")
-    head_size = cfg.get("head_dim") or need("hidden_size", cfg.get("hidden_size")) // need(
-        "num_attention_heads", cfg.get("num_attention_heads")
-    )
+
+    def positive(key: str, value: Any) -> int:
+        if not _is_int(value) or value <= 0:
+            raise MRopeError(
+                f"text config (model_type {cfg.get('model_type')!r}) has {key} = {value!r}, "
+                "expected a positive int"
+            )
+        return int(value)
+
+    head_size = cfg.get("head_dim")
+    if head_size is None or head_size == 0:  # as transformers: hidden_size // num_attention_heads
+        hidden_size = positive("hidden_size", need("hidden_size", cfg.get("hidden_size")))
+        heads = positive("num_attention_heads", need("num_attention_heads", cfg.get("num_attention_heads")))
+        head_size = hidden_size // heads
+    head_size = positive("head_dim", head_size)
     factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if (
+        not isinstance(factor, (int, float, np.integer, np.floating))
+        or isinstance(factor, (bool, np.bool_))
+        or not 0 < factor <= 1
+    ):
+        raise MRopeError(f"partial_rotary_factor must be a number in (0, 1], got {factor!r}")
     section = rope.get("mrope_section") or _DEFAULT_SECTIONS.get(cfg.get("model_type", ""))
     if max_position is None:
-        factor_ok = isinstance(positions_factor, int) and not isinstance(positions_factor, bool)
-        if not factor_ok or positions_factor < 1:
+        if not _is_int(positions_factor) or positions_factor < 1:
             raise MRopeError(f"positions_factor must be a positive int, got {positions_factor!r}")
         max_position = need("max_position_embeddings", cfg.get("max_position_embeddings")) * positions_factor
     return MRotaryEmbedding(

@@ -13,6 +13,10 @@ from the public :meth:`mrope.Family.segments` table, so the picture shows what t
 
 from __future__ import annotations
 
+import io
+import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +29,7 @@ from .families import ArrayLike, Family
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["show"]
+__all__ = ["MAX_TOKENS", "show"]
 
 COMPATS = ("vllm", "transformers")
 ROWS = ("t", "h", "w")
@@ -34,6 +38,10 @@ KIND_COLORS = {"text": "#d9d9d9", "image": "#4c8bd6", "video": "#f0a030", "audio
 LINE_COLORS = {"vllm": "#1f4e9a", "transformers": "#d1495b"}
 DIFF_COLOR = "#ff6b6b"
 MAX_OUTLINES = 4000  # more vision blocks than this: outline whole items only
+#: the largest prompt drawn, in tokens (2**20): beyond the models' context windows, and far more tokens
+#: than the picture's ~1500 pixels of width tell apart. Drawing that many takes about 2 s and 0.3 GB
+#: (0.6 GB with ``compare=True``); at worst, a third of a million one-token frames, about 12 s and 1 GB
+MAX_TOKENS = 1 << 20
 FONT_SIZE = 8.0
 
 
@@ -92,7 +100,8 @@ def show(
     ------
     MRopeError
         matplotlib is not installed, ``family`` is not a family, ``path`` is not a ``.png`` in an
-        existing folder, ``compat`` is unknown, or the prompt is refused by
+        existing folder (or is a folder, or cannot be written), ``compat`` is unknown, the prompt has
+        more than ``mrope.show.MAX_TOKENS`` (2**20) tokens, or it is refused by
         [`Family.positions`][mrope.Family.positions].
     """
     if not isinstance(family, Family):
@@ -100,10 +109,14 @@ def show(
     out = Path(path)
     if out.suffix.lower() != ".png":
         raise MRopeError(f"path must end in .png, got {str(path)!r}")
-    if not out.parent.is_dir():
-        raise MRopeError(f"the folder of path {str(path)!r} does not exist")
+    _check_writable(out, path)
     if compat is not None and compat not in COMPATS:
         raise MRopeError(f"compat must be one of {COMPATS}, got {compat!r}")
+    length = _length(input_ids)
+    if length > MAX_TOKENS:
+        raise MRopeError(
+            f"the prompt has {length:,} tokens: mrope.show draws prompts of at most {MAX_TOKENS:,} tokens"
+        )
     figure_class = _figure_class()
     inputs = {
         "image_grid_thw": image_grid_thw,
@@ -118,8 +131,40 @@ def show(
     ids = np.asarray(input_ids).reshape(-1).astype(np.int64)
     runs = prompt_runs(family, ids, table, image_grid_thw, video_grid_thw, inputs.get("audio_seqlens"))
     figure = _draw(figure_class, family, ids.size, runs, drawn, title)
-    figure.savefig(out, format="png", dpi=110)
+    picture = io.BytesIO()  # drawn in full before the file is opened: a failed drawing writes nothing
+    figure.savefig(picture, format="png", dpi=110)
+    try:
+        out.write_bytes(picture.getbuffer())
+    except OSError as error:
+        raise MRopeError(f"cannot write the picture to {str(path)!r}: {error.strerror or error}") from None
     return out
+
+
+def _check_writable(out: Path, path: str | Path) -> None:
+    """Refuse an output path that cannot be written, before anything is drawn: a folder, a path in a
+    missing folder, a name the system refuses (too long, a loop of links). A folder without write
+    permission is found when the file is written."""
+    try:
+        mode: int | None = os.stat(out).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as error:
+        raise MRopeError(f"cannot write the picture to {str(path)!r}: {error.strerror or error}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise MRopeError(f"path {str(path)!r} is a folder: give the PNG file to write")
+    if not os.path.isdir(out.parent):
+        raise MRopeError(f"the folder of path {str(path)!r} does not exist")
+
+
+def _length(input_ids: ArrayLike) -> int:
+    """The number of tokens of ``input_ids`` (a sequence, or an array of any shape), not converted."""
+    shape = getattr(input_ids, "shape", None)
+    if shape is not None:
+        return math.prod(int(n) for n in shape)
+    try:
+        return len(input_ids)  # type: ignore[arg-type]
+    except TypeError:
+        return 0  # not a sequence: Family.positions refuses it
 
 
 def _figure_class() -> Any:

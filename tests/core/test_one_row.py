@@ -108,7 +108,7 @@ def _kept_after(call) -> int:
 def test_a_long_prompt_leaves_bounded_scratch_memory():
     # one prompt of 4M tokens (an image in it): the per-thread workspace kept its 32 MB arange
     length = 4_000_000
-    rows = [(1000, 1, 4, 4, np.float32(1))]
+    rows = [(1000, 1, 4, 4, np.float32(1), 0)]
 
     def call():
         positions, delta = render_one_row(rows, length, "vllm")
@@ -125,7 +125,7 @@ def test_the_plane_cache_is_bounded_in_bytes():
         for k in range(300):
             height, width = 64 + k // 2, 80 + k
             positions, delta = render_one_row(
-                [(2, 1, height, width, np.float32(1))], height * width + 4, "vllm"
+                [(2, 1, height, width, np.float32(1), 0)], height * width + 4, "vllm"
             )
             assert positions[1, 2 + width * (height - 1)] == 2 + height - 1  # first token of the last line
             assert positions[2, 2 + width - 1] == 2 + width - 1 and delta == max(height, width) + 4 - (

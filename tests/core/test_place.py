@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from _reference import stream_positions, temporal_index
 from mrope import MRopeError
 from mrope.core.blocks import Blocks, empty_blocks
-from mrope.core.place import COMPATS, ItemBlocks, check_compat, check_video_time, place, time_interval
+from mrope.core.place import (
+    COMPATS,
+    VIDEO_TIMES,
+    ItemBlocks,
+    check_compat,
+    check_video_time,
+    place,
+    time_interval,
+)
 from mrope.core.place import temporal_index as mrope_temporal_index
 from mrope.core.render import build_segments, render_all
 from mrope.core.segments import SegmentBuilder
@@ -41,7 +49,9 @@ def test_rows_are_independent(compat, stream):
     b = stream.blocks
     for r, (lo, n) in enumerate(zip(stream.row_starts.tolist(), stream.row_lengths.tolist(), strict=True)):
         mine = (b.start >= lo) & (b.start < lo + n)
-        alone = Blocks(**{f: getattr(b, f)[mine] for f in b.__dataclass_fields__})
+        alone = Blocks(
+            **{f: getattr(b, f)[mine] for f in b.__dataclass_fields__ if getattr(b, f) is not None}
+        )
         alone = dataclasses.replace(alone, start=alone.start - lo)
         one = place(alone, np.array([0]), np.array([n]), compat)
         context = f"compat={compat}, row {r}: {stream.describe()}"
@@ -104,7 +114,9 @@ def _blocks(start, frames, height, width, interval):
 @given(frame=st.integers(0, 10_000), interval=st.floats(0, 20))
 def test_temporal_index_float64_is_vllms_arithmetic(frame, interval):
     # vLLM 0.32: (np.indices(...)[0] * t_factor).astype(np.int64), t_factor a Python float
-    got = mrope_temporal_index(np.array([frame]), time_interval(np.array([interval]), "float64"))
+    got = mrope_temporal_index(
+        np.array([frame]), time_interval(1, np.array([interval]), VIDEO_TIMES["float64"])
+    )
     expected = (np.array([frame], dtype=np.int64) * interval).astype(np.int64)
     assert got.tolist() == expected.tolist() == [int(frame * interval)], f"frame {frame} * {interval}"
 
@@ -112,10 +124,10 @@ def test_temporal_index_float64_is_vllms_arithmetic(frame, interval):
 def test_video_times_differ_where_the_product_is_near_an_integer():
     # fps 25, temporal patch 2: second_per_grid_ts = float32(0.08), tokens_per_second 2; at k = 25 the
     # float64 product is 3.99999991 (vLLM: 3), the float32 one rounds to 4.0 (transformers, SGLang: 4)
-    step = np.float32(2 / 25) * np.float64(2)
+    seconds = np.float32(2 / 25)
     frame = np.array([25])
-    assert mrope_temporal_index(frame, time_interval(step, "float64")).tolist() == [3]
-    assert mrope_temporal_index(frame, time_interval(step, "float32")).tolist() == [4]
+    assert mrope_temporal_index(frame, time_interval(2, seconds, VIDEO_TIMES["float64"])).tolist() == [3]
+    assert mrope_temporal_index(frame, time_interval(2, seconds, VIDEO_TIMES["float32"])).tolist() == [4]
 
 
 def test_unknown_video_time_is_refused():

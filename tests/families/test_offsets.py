@@ -335,18 +335,23 @@ def test_video_time_float64_is_vllms_arithmetic():
     ),
 )
 def test_video_time_float64_matches_a_float64_reference(compat, frames, seconds):
+    # float64 time: video_time="float64" under compat="vllm"; float64 seconds under "transformers" (which
+    # computes in the seconds' dtype and does not read video_time)
     family = family_of("qwen2_5_vl", compat, video_time="float64")
     prompt = _video_prompt(family, frames, seconds)
+    kwargs = prompt.kwargs("numpy")
+    if compat == "transformers":
+        kwargs["second_per_grid_ts"] = kwargs["second_per_grid_ts"].astype(np.float64)
     step = float(np.float32(seconds)) * family.tokens_per_second
     t = [int(k * step) for k in range(frames)]
-    positions, delta = family.positions(prompt.input_ids, **prompt.kwargs("numpy"))
+    positions, delta = family.positions(prompt.input_ids, **kwargs)
     assert positions[0, 4 : 4 + frames].tolist() == [4 + x for x in t]
-    table, table_delta = family.segments(prompt.input_ids, **prompt.kwargs("numpy"))
+    table, table_delta = family.segments(prompt.input_ids, **kwargs)
     np.testing.assert_array_equal(mrope.core.render_all(table), positions)
     assert table_delta == delta
     # the batch API follows the same setting
     ids = np.array([prompt.input_ids])
-    batch, deltas = mrope.get_rope_index(family, ids, **prompt.kwargs("numpy"))
+    batch, deltas = mrope.get_rope_index(family, ids, **kwargs)
     np.testing.assert_array_equal(batch[:, 0], positions)
 
 

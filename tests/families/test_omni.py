@@ -165,6 +165,67 @@ def test_qwen3_omni_errors():
         family.positions([7, VS, IMG], image_grid_thw=[[1, 2, 2]])
 
 
+# -- both thinkers ------------------------------------------------------------------------------------
+QWEN2_5_VL = mrope.from_config(
+    {
+        "model_type": "qwen2_5_vl",
+        "image_token_id": IMG,
+        "video_token_id": VID,
+        "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+    }
+)
+
+
+def one_item(family, kind):
+    """A valid prompt of one item between text, its keyword inputs and where its placeholders start."""
+    na = int(family.audio_tokens(np.array([100]))[0])
+    video = dict(video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
+    starts, ends = [VS], [VS + 1]
+    if kind == "image":
+        run, kw = [IMG] * 4, dict(image_grid_thw=[[1, 4, 4]])
+    elif kind == "video":
+        run, kw = [VID] * 4, video
+    elif kind == "audio":
+        starts, ends, run, kw = [AS], [AS + 1], [AUD] * na, dict(audio_seqlens=[100])
+    else:  # a video with its audio
+        starts, ends, run = [VS, AS], [AS + 1, VS + 1], [VID] * 4 + [AUD] * na
+        kw = dict(**video, audio_seqlens=[100], use_audio_in_video=True)
+    return [1, *starts, *run, *ends, 2], kw, 1 + len(starts)
+
+
+@pytest.mark.parametrize("kind", ["image", "video", "audio", "video with audio"])
+@pytest.mark.parametrize("family", [FAMILY_2_5, FAMILIES_3[13]], ids=["qwen2_5_omni", "qwen3_omni"])
+def test_a_foreign_token_inside_a_run_is_refused_when_a_placeholder_follows(family, kind):
+    valid, kw, content = one_item(family, kind)
+    family.positions(valid, **kw)
+    # a foreign token inside the run (among the audio tokens of a video with audio) and a placeholder
+    # where the (first) end marker belongs: the count of placeholders up to the end marker(s) is right
+    end = len(valid) - (3 if kind == "video with audio" else 2)
+    at = content + (5 if kind == "video with audio" else 1)
+    ids = list(valid)
+    ids[at], ids[end] = 7, valid[end - 1]
+    name = {"image": "image 0", "audio": "audio 0"}.get(kind, "video 0")
+
+    def message(row):
+        return (
+            rf"placeholder tokens in one run from stream index {content} of row {row}, but token 7 at "
+            rf"stream index {at} breaks the run \(it is no placeholder of the item\)$"
+        )
+
+    with pytest.raises(mrope.MRopeError, match=rf"^{name} .* {message(0)}"):
+        family.positions(ids, **kw)
+    # in a batch, the second row's item is named with its row's indices
+    pad = len(ids) - 3
+    batch = np.array([[1, 2, 3] + [0] * pad, ids])
+    mask = np.array([[1, 1, 1] + [0] * pad, [1] * len(ids)])
+    with pytest.raises(mrope.MRopeError, match=message(1)):
+        mrope.get_rope_index(family, batch, attention_mask=mask, **kw)
+    # Qwen2.5-VL refuses the same image or video layout
+    if kind in ("image", "video"):
+        with pytest.raises(mrope.MRopeError, match=r"needs 4 consecutive placeholder .* found a run of 1$"):
+            QWEN2_5_VL.positions(ids, **{k: v for k, v in kw.items() if k != "second_per_grid_ts"})
+
+
 def test_qwen3_omni_config_forms():
     config = CONFIGS_3[13]
     for form in (config, config.thinker_config, config.to_dict(), config.thinker_config.to_dict()):

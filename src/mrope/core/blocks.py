@@ -17,15 +17,18 @@ class Blocks:
 
     A block holds ``frames * height * width`` consecutive tokens (grid after merging), t-major then h
     then w. Frame ``k`` of a block has temporal index ``trunc(k * interval)``, computed in the
-    interval's dtype (:func:`mrope.core.place.temporal_index`).
+    interval's dtype and rounded as ``rounding`` says (:func:`mrope.core.place.temporal_index`).
     """
 
     start: np.ndarray  # int64, stream index of the block's first token
     frames: np.ndarray  # int64, T' (merged temporal size)
     height: np.ndarray  # int64, H'
     width: np.ndarray  # int64, W'
-    interval: np.ndarray  # float32 or float64 (the family's video_time), temporal index step between frames
+    interval: np.ndarray  # float32 or float64 (the video time arithmetic), temporal index step between frames
     num_tokens: np.ndarray  # int64, frames * height * width
+    #: int8 codes (:data:`mrope.core.place.FLOAT16`, ``BFLOAT16``): the videos whose time transformers
+    #: computes in float16 or bfloat16 (their intervals held in float32); None: no block is rounded
+    rounding: np.ndarray | None = None
 
     @staticmethod
     def concat(parts: list[Blocks]) -> Blocks:
@@ -37,6 +40,9 @@ class Blocks:
             return parts[0]
         start = np.concatenate([p.start for p in parts])
         order = np.argsort(start, kind="stable")
+        rounding = None
+        if any(p.rounding is not None for p in parts):
+            rounding = np.concatenate([_rounding_of(p) for p in parts])[order]
         return Blocks(
             start=start[order],
             frames=np.concatenate([p.frames for p in parts])[order],
@@ -44,12 +50,21 @@ class Blocks:
             width=np.concatenate([p.width for p in parts])[order],
             interval=np.concatenate([p.interval for p in parts])[order],
             num_tokens=np.concatenate([p.num_tokens for p in parts])[order],
+            rounding=rounding,
         )
 
 
-#: a vision block of the one-row path: (start index, T', H', W', interval), the grid after merging and
-#: the temporal index step a numpy float32 or float64 scalar (:func:`mrope.core.place.temporal_index`)
-BlockRow = tuple[int, int, int, int, Any]
+def _rounding_of(blocks: Blocks) -> np.ndarray:
+    """The rounding code of every block (0 where ``rounding`` is None)."""
+    if blocks.rounding is None:
+        return np.zeros(blocks.start.size, dtype=np.int8)
+    return blocks.rounding
+
+
+#: a vision block of the one-row path: (start index, T', H', W', interval, rounding), the grid after
+#: merging, the temporal index step a numpy float32 or float64 scalar and the rounding code an int (0:
+#: none; :func:`mrope.core.place.temporal_index`)
+BlockRow = tuple[int, int, int, int, Any, int]
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

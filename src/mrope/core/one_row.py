@@ -27,6 +27,7 @@ FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized p
 
 def block_rows(blocks: Blocks) -> list[BlockRow]:
     """The blocks as :data:`BlockRow` tuples (Python ints), in stream order."""
+    n = blocks.start.size
     return list(
         zip(
             blocks.start.tolist(),
@@ -34,6 +35,7 @@ def block_rows(blocks: Blocks) -> list[BlockRow]:
             blocks.height.tolist(),
             blocks.width.tolist(),
             blocks.interval,
+            [0] * n if blocks.rounding is None else blocks.rounding.tolist(),
             strict=True,
         )
     )
@@ -140,7 +142,7 @@ def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:
     """:class:`Blocks` of :data:`BlockRow` tuples (for the vectorized pipeline when they are many)."""
     if not rows:
         return empty_blocks()
-    start, frames, height, width, interval = zip(*rows, strict=True)
+    start, frames, height, width, interval, rounding = zip(*rows, strict=True)
     grid = np.array([frames, height, width], dtype=np.int64)
     return Blocks(
         np.array(start, dtype=np.int64),
@@ -149,4 +151,5 @@ def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:
         grid[2],
         np.array(interval, dtype=np.result_type(*interval)),
         grid.prod(axis=0),
+        np.array(rounding, dtype=np.int8) if any(rounding) else None,
     )

@@ -15,6 +15,10 @@ the conventions differ and the only place that says where text resumes after a b
   or frames) in the positions' arithmetic: Python ints, or float32 for Qwen3-Omni, each sum rounded
   once as transformers' float32 code rounds it (a text run's base advances by its length; ``cuts`` are
   where transformers starts a new run of text, so that the next run's base is rounded there).
+
+A block's scaled video time, ``trunc(k * interval)``, is computed here too (:func:`temporal_index`), in
+the arithmetic its family chose (:class:`TimeArithmetic`: vLLM's, SGLang's, or transformers' in the dtype
+of the seconds, float16 and bfloat16 included).
 """
 
 from __future__ import annotations
@@ -31,9 +35,43 @@ from .segments import SegmentBuilder
 from .workspace import workspace
 
 COMPATS = ("vllm", "transformers")
-#: the arithmetic of scaled video time ``trunc(k * interval)``: the dtype the interval and the product
-#: are held in. ``"float32"``: transformers and SGLang; ``"float64"``: vLLM (numpy float64)
-VIDEO_TIMES = {"float32": np.float32, "float64": np.float64}
+#: how a block's scaled time is rounded beyond the dtype its interval is held in (:class:`Blocks`'s
+#: ``rounding``): not at all, or every value to float16 or bfloat16 (held in float32, which holds each of
+#: their values and each product of two of them exactly, so that one rounding of the float32 result is
+#: the narrow type's own rounding)
+NO_ROUNDING, FLOAT16, BFLOAT16 = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class TimeArithmetic:
+    """How scaled video time ``trunc(k * rate * seconds)`` is computed (Qwen2.5-VL: ``rate`` is
+    ``tokens_per_second``): the interval ``rate * seconds`` is multiplied in ``multiply`` (both cast to it)
+    and held in ``held``; frame ``k`` is cast to ``held`` and multiplied by it; with a ``rounding``, the
+    interval, ``k`` and the product are each rounded to that type (see :func:`time_interval`,
+    :func:`scaled_time`)."""
+
+    name: str
+    multiply: type
+    held: type
+    rounding: int = NO_ROUNDING
+
+
+#: the arithmetic of scaled video time under ``compat="vllm"``, the family setting ``video_time``,
+#: whatever the dtype of the seconds: ``"float32"``, the interval rounded once to float32 from the float64
+#: product, then a float32 product (SGLang's float32 seconds); ``"float64"``: vLLM's (numpy float64)
+VIDEO_TIMES = {
+    "float32": TimeArithmetic("float32", np.float64, np.float32),
+    "float64": TimeArithmetic("float64", np.float64, np.float64),
+}
+#: transformers' arithmetic (``compat="transformers"``), named by the dtype of the seconds tensor: torch
+#: multiplies in that dtype (``tokens_per_second * seconds[i]``, then ``arange(T) * interval``), float16
+#: and bfloat16 through float32 (each result rounded once to the narrow type)
+TRANSFORMERS_TIMES = {
+    "float64": VIDEO_TIMES["float64"],
+    "float32": TimeArithmetic("float32", np.float32, np.float32),
+    "float16": TimeArithmetic("float16", np.float32, np.float32, FLOAT16),
+    "bfloat16": TimeArithmetic("bfloat16", np.float32, np.float32, BFLOAT16),
+}
 # largest position mrope hands out: int32 consumers (kernels, caches) hold every position up to it
 MAX_POSITION = 2**31 - 1
 
@@ -65,10 +103,58 @@ def check_max_position(row_lengths: np.ndarray, delta: np.ndarray) -> None:
         )
 
 
-def time_interval(step: np.ndarray | float, video_time: str) -> np.ndarray:
-    """Temporal index step(s) held in ``video_time``'s dtype (rounded once from ``step``), for
-    :func:`temporal_index`."""
-    return np.asarray(step, dtype=VIDEO_TIMES[video_time])
+def transformers_time(dtype: str, rate: float) -> TimeArithmetic:
+    """transformers' arithmetic of scaled time for seconds of ``dtype`` (see :data:`TRANSFORMERS_TIMES`;
+    ``"int"``: integer seconds, or none given, which transformers takes as the Python int 1): a floating
+    dtype's own; integers times an int ``rate`` stay integers (exact: float64 holds every such product
+    up to 2**53), times a float ``rate`` they become float32 (torch's default dtype)."""
+    if dtype == "int":
+        dtype = "float64" if isinstance(rate, (int, np.integer)) else "float32"
+    arithmetic = TRANSFORMERS_TIMES.get(dtype)
+    if arithmetic is None:
+        raise MRopeError(
+            f"second_per_grid_ts has dtype {dtype}: transformers' time arithmetic is emulated for "
+            f"{', '.join(TRANSFORMERS_TIMES)} and integer seconds only (compat='vllm' takes any)"
+        )
+    return arithmetic
+
+
+def time_interval(rate: float, seconds: np.ndarray, arithmetic: TimeArithmetic) -> np.ndarray:
+    """The temporal index step ``rate * seconds`` of each video in ``arithmetic`` (held in its ``held``
+    dtype, rounded as it rounds), for :func:`temporal_index`."""
+    multiply = arithmetic.multiply
+    step = (multiply(rate) * np.asarray(seconds, dtype=multiply)).astype(arithmetic.held)
+    return narrow(step, arithmetic.rounding) if arithmetic.rounding else step
+
+
+def _round_float16(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # past float16's range: inf, as torch gives (the family refuses it)
+        return x.astype(np.float16).astype(np.float32)
+
+
+_U16, _U1, _HALF_ULP, _HIGH_BITS = np.uint32(16), np.uint32(1), np.uint32(0x7FFF), np.uint32(0xFFFF0000)
+
+
+def _round_bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (to nearest, ties to even: torch's rounding), as float32: the
+    upper 16 bits of the rounded bit pattern (the values are finite or inf, never NaN here)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits >> _U16  # in place from here: a few tiny arrays, where each new one costs more
+    rounded &= _U1  # the last bit kept: ties go to even
+    rounded += _HALF_ULP
+    rounded += bits
+    rounded &= _HIGH_BITS
+    return rounded.view(np.float32)
+
+
+def narrow(x: np.ndarray, rounding: np.ndarray | int) -> np.ndarray:
+    """float32 ``x`` rounded as ``rounding`` says (:data:`FLOAT16`, :data:`BFLOAT16` or none), one code
+    for all or one per element."""
+    x = np.asarray(x, dtype=np.float32)
+    if not isinstance(rounding, np.ndarray):
+        return _round_float16(x) if rounding == FLOAT16 else _round_bfloat16(x) if rounding else x
+    out = np.where(rounding == FLOAT16, _round_float16(x), x)
+    return np.where(rounding == BFLOAT16, _round_bfloat16(x), out)
 
 
 @dataclass(slots=True)
@@ -105,10 +191,25 @@ class ItemBlocks:
     cuts: np.ndarray | None = None
 
 
-def temporal_index(frame: np.ndarray, interval: np.ndarray | np.floating) -> np.ndarray:
-    """``trunc(frame * interval)``, the product in the interval's dtype: float32 as transformers and
-    SGLang compute scaled time, float64 as vLLM does (see :data:`VIDEO_TIMES`)."""
-    return (frame.astype(interval.dtype) * interval).astype(np.int64)
+def scaled_time(
+    frame: np.ndarray, interval: np.ndarray | np.floating, rounding: np.ndarray | int | None = None
+) -> np.ndarray:
+    """``frame * interval``, the frame cast to the interval's dtype and the product held in it; with a
+    ``rounding`` (one code, or one per element; none: ``None`` or 0), the frame and the product rounded
+    as it says (the interval is already): the arithmetic of :class:`TimeArithmetic`."""
+    k = frame.astype(interval.dtype)
+    if rounding is None or not (rounding.any() if isinstance(rounding, np.ndarray) else rounding):
+        return k * interval
+    return narrow(narrow(k, rounding) * interval, rounding)
+
+
+def temporal_index(
+    frame: np.ndarray, interval: np.ndarray | np.floating, rounding: np.ndarray | int | None = None
+) -> np.ndarray:
+    """``trunc(frame * interval)`` in the arithmetic of the interval's dtype and ``rounding`` (see
+    :func:`scaled_time`): float32 as SGLang computes scaled time, float64 as vLLM does, float16 or
+    bfloat16 (held in float32) as transformers does on such seconds (see :data:`TRANSFORMERS_TIMES`)."""
+    return scaled_time(frame, interval, rounding).astype(np.int64)
 
 
 def place(
@@ -127,7 +228,7 @@ def place(
         return Placed(blocks, start, start, row_starts, np.zeros(row_starts.size, dtype=np.int64))
     hw_extent = np.maximum(blocks.height, blocks.width)
     # how far a block reaches past its base on any axis (scaled time may reach past h and w)
-    extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval) + 1, hw_extent)
+    extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval, blocks.rounding) + 1, hw_extent)
     advance = extent if compat == "vllm" else hw_extent
     shift = np.zeros(start.size + 1, dtype=np.int64)
     np.cumsum(advance - blocks.num_tokens, out=shift[1:])
@@ -214,14 +315,14 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
     placed = []
     shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
     vllm = compat == "vllm"
-    for start, frames, height, width, interval in rows:
+    for start, frames, height, width, interval, rounding in rows:
         num_tokens = frames * height * width
         base = start + shift
         if frames == 1:
             t = None
             extent = height if height > width else width
         else:
-            t = temporal_index(workspace.range(frames), interval)
+            t = temporal_index(workspace.range(frames), interval, rounding)
             extent = max(int(t[-1]) + 1, height, width)
         if base + extent > reach:
             reach = base + extent - 1

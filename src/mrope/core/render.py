@@ -52,7 +52,8 @@ def build_segments(placed: Placed, length: int) -> SegmentTable:
         frame = np.arange(num_frames) - first_frame.repeat(frames)
         frame_base = placed.base[frame_block]
         frame_start = blocks.start[frame_block] + frame * (blocks.height * blocks.width)[frame_block]
-        frame_t0 = frame_base + temporal_index(frame, blocks.interval[frame_block])
+        rounding = None if blocks.rounding is None else blocks.rounding[frame_block]
+        frame_t0 = frame_base + temporal_index(frame, blocks.interval[frame_block], rounding)
         frame_width = blocks.width[frame_block]
     out = SegmentBuilder(np.int64)
     # at one index: a block's (empty) trailing text, then the next row's start, then a frame

@@ -65,11 +65,13 @@ def from_config(
     config : transformers ``PretrainedConfig`` or its ``to_dict()``; a config that nests a
         ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni) is read from its thinker.
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
-        (see the README's conventions).
+        (see the README's conventions) and, for Qwen2.5-VL, the arithmetic of its scaled video time.
     video_time : ``"float32"`` (default) or ``"float64"``: the arithmetic of scaled video time
-        ``trunc(k * second_per_grid_ts * tokens_per_second)`` (Qwen2.5-VL): float32 as transformers
-        and SGLang compute it, float64 as vLLM does. Every family takes it; those that do not scale
-        video time give the same positions either way.
+        ``trunc(k * second_per_grid_ts * tokens_per_second)`` (Qwen2.5-VL) under ``compat="vllm"``,
+        whatever the dtype of the seconds: float32 as SGLang computes it, float64 as vLLM does. Under
+        ``compat="transformers"`` the seconds' own dtype decides, as in transformers (bfloat16, float16,
+        float32 or float64 tensors; :mod:`mrope.families.qwen2_5_vl`), and ``video_time`` is not read.
+        Every family takes it; those that do not scale video time give the same positions either way.
     **overrides : settings that win over the config's (e.g. ``tokens_per_second=2``).
 
     Raises

@@ -40,7 +40,7 @@ from ..core import (
 )
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
 from ..core.place import MAX_POSITION, check_compat, check_video_time
-from .inputs import ArrayLike, RequestInputs
+from .inputs import ArrayLike, RequestInputs, Seconds
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,8 @@ class Family:
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
     compat: str = "vllm"
-    #: the arithmetic of scaled video time: "float32" or "float64" (:data:`mrope.core.place.VIDEO_TIMES`)
+    #: the arithmetic of scaled video time under compat "vllm": "float32" or "float64"
+    #: (:data:`mrope.core.place.VIDEO_TIMES`); under "transformers" the seconds' dtype decides
     video_time: str = "float32"
     #: the config the family was read from (its text config makes :meth:`rotary_embedding`)
     config: Mapping[str, Any] = field(default_factory=dict)
@@ -159,6 +160,11 @@ class Family:
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
         """Settings found in a config dict: top level first, then ``vision_config``."""
         vision = config.get("vision_config") or {}
+        if not isinstance(vision, Mapping):
+            raise MRopeError(
+                f"{config.get('model_type')} config: vision_config must be a mapping (a dict), got "
+                f"{type(vision).__name__}"
+            )
         found = {}
         for name in cls.setting_names():
             if name in config and config[name] is not None:
@@ -331,7 +337,12 @@ class Family:
         input_ids : list, numpy array or torch tensor, shape (L,), integer
         image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
         second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time;
-            transformers' Omni code calls it ``second_per_grids``)
+            transformers' Omni code calls it ``second_per_grids``). Qwen2.5-VL under
+            ``compat="transformers"`` computes its time in their dtype, as transformers does: a torch
+            tensor's or numpy array's (bfloat16, float16, float32, float64; integers stay integers), a
+            list of floats as float32 (what ``torch.tensor`` makes of it); under ``compat="vllm"`` in
+            the family's ``video_time`` from their values, whatever the dtype
+            (:mod:`mrope.families.qwen2_5_vl`). The Omni families read them as float32.
         image_offsets, video_offsets : (num_items,) int, optional
             Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
             ``mm_feature.mm_position.offset``, see ``mrope.integrations._vllm_inputs``).
@@ -471,7 +482,7 @@ class Family:
 
     def check_vision_inputs(
         self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any, length: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray, Seconds | None]:
         """The checked image grids, video grids and seconds per video grid step (None if not given) of a
         stream of ``length`` tokens.
 
@@ -544,10 +555,12 @@ class Family:
             "tokens of input_ids"
         )
 
-    def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> np.ndarray | None:
-        """The seconds per grid step of each video as float64 (None if not given): each in ``[0,
-        MAX_POSITION]``, and, for families that scale time, no video's last frame past ``MAX_POSITION``
-        (its time index, ``(T - 1) * seconds * time_rate``, would otherwise pass int64 when cast)."""
+    def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> Seconds | None:
+        """The seconds per grid step of each video as float64 with the dtype they were given in (None if
+        not given; see :class:`Seconds`): each in ``[0, MAX_POSITION]``, and, for families that scale
+        time, no video's last frame past ``MAX_POSITION`` (its time index, ``(T - 1) * seconds *
+        time_rate``, would otherwise pass int64 when cast)."""
+        checked = None
         if seconds is not None:
             if not self.uses_second_per_grid_ts:
                 raise MRopeError(
@@ -561,8 +574,10 @@ class Family:
                 )
             if arr.dtype.kind not in "iuf":
                 raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
-            seconds = arr if arr.dtype == np.float64 else arr.astype(np.float64)
-            values = seconds.tolist()
+            checked = Seconds(
+                arr if arr.dtype == np.float64 else arr.astype(np.float64), _dtype_of(seconds, arr)
+            )
+            values = checked.values.tolist()
             # one value per video: a Python pass (NaN fails ``0 <= x``)
             bad = next((i for i, x in enumerate(values) if not 0 <= x <= MAX_POSITION), None)
             if bad is not None:
@@ -581,7 +596,7 @@ class Family:
                         f"{i}'s last frame (T = {t // temporal}) would get time index "
                         f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {MAX_POSITION}"
                     )
-        return seconds
+        return checked
 
     # -- helpers for parsers ------------------------------------------------------------------------
     def token_blocks(
@@ -596,7 +611,7 @@ class Family:
         **options: Any,
     ) -> Blocks:
         """:meth:`vision_blocks` of the items whose placeholder is ``token_id`` (grids in
-        ``{what}_grid_thw``); ``options``: ``interval``, ``frame_of``."""
+        ``{what}_grid_thw``); ``options``: ``interval``, ``rounding``, ``frame_of``."""
         is_placeholder = ids == token_id
         if grids.shape[0] == 0 and not is_placeholder.any():  # the common "no videos" case: no index array
             return empty_blocks()
@@ -615,11 +630,14 @@ class Family:
         what: str,
         grid_name: str,
         interval: np.ndarray | float = 1.0,
+        rounding: int = 0,
         frame_of: np.ndarray | None = None,
     ) -> Blocks:
         """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
-        ``T*H*W / merge**2`` placeholder tokens. ``frame_of`` (from :func:`split_frames`) says, for
-        grids split into frames, which video and frame each item is, for error messages."""
+        ``T*H*W / merge**2`` placeholder tokens; frame ``k`` of item ``i`` has time index ``trunc(k *
+        interval[i])``, rounded as ``rounding`` says (:func:`mrope.core.place.temporal_index`).
+        ``frame_of`` (from :func:`split_frames`) says, for grids split into frames, which video and frame
+        each item is, for error messages."""
         if grids.shape[0] == 0 and placeholder_index.size == 0:
             return empty_blocks()
         merged = grids // self._merge_divisor  # (T, H', W') per item
@@ -643,7 +661,8 @@ class Family:
         )
         if not isinstance(interval, np.ndarray):
             interval = np.full(start.shape, interval, dtype=np.float32)
-        return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens)
+        codes = np.full(start.shape, rounding, dtype=np.int8) if rounding else None
+        return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens, codes)
 
     # -- items at given offsets (one prompt) ----------------------------------------------------------
     def find_offsets(self, ids: np.ndarray, token_id: int, grids: np.ndarray) -> list[int] | None:
@@ -667,6 +686,7 @@ class Family:
         *,
         what: str,
         interval: np.ndarray | float = 1.0,
+        rounding: int = 0,
     ) -> list[BlockRow]:
         """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`):
         item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
@@ -693,7 +713,7 @@ class Family:
                     f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
                     f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
                 )
-            rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i]))
+            rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i], rounding))
         return rows
 
     def frames_at(self, ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray) -> Blocks:
@@ -743,7 +763,7 @@ class Family:
             if len(rows) > 1:
                 rows.sort(key=_start_of)
                 end = -1
-                for start, frames, height, width, _ in rows:
+                for start, frames, height, width, _, _ in rows:
                     if start < end:
                         self._overlap(start, image_offsets, video_offsets)
                     end = start + frames * height * width
@@ -804,6 +824,18 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
             "one offset per item"
         )
     return values
+
+
+def _dtype_of(given: Any, values: np.ndarray) -> str:
+    """The dtype of seconds as given (see :class:`Seconds`): ``"int"`` for integers, a tensor's or an
+    array's own floating dtype (a bfloat16 tensor reaches numpy as float32), ``"float32"`` for a list."""
+    if values.dtype.kind in "iu":
+        return "int"
+    dtype = getattr(given, "dtype", None)
+    if dtype is None:
+        return "float32"
+    # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
+    return dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
 
 
 def _take(ids: Any, index: np.ndarray) -> np.ndarray:

@@ -85,6 +85,11 @@ class OmniFamily(Family):
             if name not in found and config.get(alias) is not None:
                 found[name] = config[alias]
         audio = config.get("audio_config") or {}
+        if not isinstance(audio, Mapping):
+            raise MRopeError(
+                f"{config.get('model_type')} config: audio_config must be a mapping (a dict), got "
+                f"{type(audio).__name__}"
+            )
         for name in cls.setting_names():
             if name not in found and audio.get(name) is not None:
                 found[name] = audio[name]
@@ -120,6 +125,11 @@ class OmniFamily(Family):
         return tokens
 
     # -- parsing --------------------------------------------------------------------------------------
+    @property
+    def placeholder_ids(self) -> tuple[int, int, int]:
+        """The image, video and audio placeholder token ids."""
+        return self.image_token_id, self.video_token_id, self.audio_token_id
+
     def find_items(
         self,
         ids: np.ndarray,
@@ -218,7 +228,7 @@ class OmniFamily(Family):
     ) -> None:
         """Every item's placeholders are where its grid or audio length says, and none lies elsewhere."""
         counts = np.zeros((3, ids.size + 1), dtype=np.int64)
-        for k, token in enumerate((self.image_token_id, self.video_token_id, self.audio_token_id)):
+        for k, token in enumerate(self.placeholder_ids):
             np.cumsum(ids == token, out=counts[k, 1:])
         end = items.content + items.num_vision + items.num_audio
         expected = np.zeros((3, items.kind.size), dtype=np.int64)
@@ -229,23 +239,34 @@ class OmniFamily(Family):
         past_row = end + eos > row_ends[items.row]
         # the end marker(s) included: a longer run of placeholders is a count error, not a missing marker
         found = counts[:, np.minimum(end + eos, ids.size)] - counts[:, items.content]
-        wrong = past_row | (found != expected).any(axis=0)
+        # the run alone: with as many placeholders as its span, none of its tokens is foreign (a foreign
+        # token inside the run and a placeholder after it leave the count with the end marker(s) right)
+        in_run = counts[:, np.minimum(end, ids.size)] - counts[:, items.content]
+        miscounted = (found != expected).any(axis=0)
+        wrong = past_row | miscounted | (in_run != expected).any(axis=0)
         names = ("image", "video", "audio")
         if wrong.any():
             i = int(wrong.argmax())
             r = int(items.row[i])
-            where = f"from stream index {int(items.content[i] - row_starts[r])} of row {r}"
+            row_start = int(row_starts[r])
+            where = f"from stream index {int(items.content[i]) - row_start} of row {r}"
+            item = self.describe(items, i, images, videos)
             if past_row[i]:
                 raise MRopeError(
-                    f"{self.describe(items, i, images, videos)} needs "
-                    f"{int(end[i] - items.content[i])} placeholder tokens and {int(eos[i])} end "
+                    f"{item} needs {int(end[i] - items.content[i])} placeholder tokens and {int(eos[i])} end "
                     f"token(s) {where}, but the row ends first"
                 )
             need = ", ".join(f"{int(expected[k, i])} {names[k]}" for k in range(3) if expected[k, i])
-            got = ", ".join(f"{int(found[k, i])} {names[k]}" for k in range(3) if found[k, i]) or "none"
+            if miscounted[i]:
+                got = ", ".join(f"{int(found[k, i])} {names[k]}" for k in range(3) if found[k, i]) or "none"
+                raise MRopeError(f"{item} needs {need} placeholder tokens {where}, found {got}")
+            # a foreign token inside the run: name the first (only this item's run is read)
+            own = [t for k, t in enumerate(self.placeholder_ids) if expected[k, i]]
+            run = ids[int(items.content[i]) : int(end[i])]
+            j = int(items.content[i]) + int((~np.isin(run, own)).argmax())
             raise MRopeError(
-                f"{self.describe(items, i, images, videos)} needs {need} placeholder tokens {where}, "
-                f"found {got}"
+                f"{item} needs {need} placeholder tokens in one run {where}, but token {int(ids[j])} at "
+                f"stream index {j - row_start} breaks the run (it is no placeholder of the item)"
             )
         stray = counts[:, -1] - expected.sum(axis=1)
         if stray.any():
@@ -289,7 +310,7 @@ class OmniFamily(Family):
     def parse(self, inputs: RequestInputs) -> ItemBlocks:
         """The stream's items (images, videos, audios, videos with their audio), found and checked."""
         videos = inputs.videos
-        seconds = np.ones(len(videos)) if inputs.seconds is None else inputs.seconds
+        seconds = np.ones(len(videos)) if inputs.seconds is None else inputs.seconds.values
         audio_tokens = np.zeros(0, dtype=np.int64) if inputs.audio_tokens is None else inputs.audio_tokens
         row_starts, row_lengths = inputs.rows()
         items = self.find_items(

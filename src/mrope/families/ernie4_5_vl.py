@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .inputs import Seconds
 from .qwen2_vl import Qwen2VL
 
 
@@ -23,8 +24,8 @@ class Ernie4_5_VL(Qwen2VL):
     temporal_merge_size: int
 
     def video_items(
-        self, videos: np.ndarray, second_per_grid_ts: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | float]:
+        self, videos: np.ndarray, second_per_grid_ts: Seconds | None
+    ) -> tuple[np.ndarray, np.ndarray | float, int]:
         """Qwen2-VL's video items after the temporal merge: T / temporal_merge_size frames."""
         if len(videos) == 0:
             return super().video_items(videos, second_per_grid_ts)

@@ -23,6 +23,19 @@ else:
     ArrayLike: TypeAlias = Any  # numpy arrays, torch tensors (imported only where torch is) and lists
 
 
+class Seconds(NamedTuple):
+    """The seconds per grid step of each video, as the caller gave them.
+
+    ``dtype`` is what transformers' Qwen2.5-VL computes its scaled time in under ``compat="transformers"``
+    (:func:`mrope.core.place.transformers_time`): a torch tensor's or numpy array's floating dtype
+    (``"bfloat16"``, ``"float16"``, ``"float32"``, ``"float64"``, or another one numpy or torch names),
+    ``"int"`` for integer ones; a list of floats is ``"float32"``, as ``torch.tensor`` (and a processor)
+    holds it."""
+
+    values: np.ndarray  # (num_videos,) float64, each value exactly as given (checked)
+    dtype: str
+
+
 _ONE_ROW = np.zeros(1, dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
 _ONE_ROW.flags.writeable = False
 
@@ -40,7 +53,7 @@ class RequestInputs(NamedTuple):
     ids: np.ndarray | list[int]
     images: np.ndarray  # (num_images, 3) int64 (T, H, W) before merging, checked
     videos: np.ndarray  # (num_videos, 3) int64, checked
-    seconds: np.ndarray | None  # (num_videos,) float64 seconds per grid step, or None (not given)
+    seconds: Seconds | None  # seconds per grid step of each video, or None (not given)
     image_offsets: list[int] | None = None  # one prompt: where each image's placeholders start
     video_offsets: list[int] | None = None
     #: frame families (Qwen3-VL, GLM-4.1V): where each video frame's placeholders start, every video's

@@ -1,7 +1,14 @@
 """Qwen2.5-VL: Qwen2-VL's rule, with video time scaled by ``second_per_grid_ts * tokens_per_second``.
 
-The product and the truncation are computed in float32 (transformers, SGLang) or, with
-``video_time="float64"``, in float64 as vLLM does (:data:`mrope.core.place.VIDEO_TIMES`).
+Frame ``k`` of a video has time index ``trunc(k * interval)``, ``interval = tokens_per_second *
+second_per_grid_ts``, in the arithmetic of :class:`mrope.core.place.TimeArithmetic`:
+
+- ``compat="vllm"``: the family's ``video_time``, whatever the dtype of the seconds (their values are
+  read exactly): ``"float32"`` (default; the interval rounded once to float32, a float32 product, as
+  SGLang computes with its float32 seconds) or ``"float64"`` (vLLM's numpy float64);
+- ``compat="transformers"``: transformers' own, which computes in the dtype of the seconds tensor
+  (:data:`mrope.core.place.TRANSFORMERS_TIMES`): bfloat16 or float16 (a model's ``inputs.to(dtype)``
+  casts them), float32 (the processor's), float64; integer seconds (or none) stay integers.
 """
 
 from __future__ import annotations
@@ -10,7 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.place import time_interval
+from .._errors import MRopeError
+from ..core.place import (
+    FLOAT16,
+    VIDEO_TIMES,
+    TimeArithmetic,
+    scaled_time,
+    time_interval,
+    transformers_time,
+)
+from .inputs import Seconds
 from .qwen2_vl import Qwen2VL
 
 
@@ -21,14 +37,37 @@ class Qwen2_5_VL(Qwen2VL):
     tokens_per_second: int | float = 2
     uses_second_per_grid_ts = True
 
-    def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:
-        """``tokens_per_second * second_per_grid_ts`` (1 second when not given), held in the family's
-        ``video_time`` dtype: rounded to float32 as transformers and SGLang do, or float64 as vLLM does
-        (:meth:`Family.check_second_per_grid_ts` bounds each video's last time index)."""
+    def time_arithmetic(self, seconds: Seconds | None) -> TimeArithmetic:
+        """The arithmetic of the videos' time (see the module docstring): ``video_time``'s under
+        ``compat="vllm"``, transformers' for the dtype of ``seconds`` under ``"transformers"``."""
+        if self.compat == "vllm":
+            return VIDEO_TIMES[self.video_time]
+        return transformers_time("int" if seconds is None else seconds.dtype, self.tokens_per_second)
+
+    def video_interval(
+        self, second_per_grid_ts: Seconds | None, videos: np.ndarray
+    ) -> tuple[np.ndarray | float, int]:
+        """``tokens_per_second * second_per_grid_ts`` (1 second when not given) in the videos' time
+        arithmetic (:meth:`time_arithmetic`), and its rounding (:meth:`Family.check_second_per_grid_ts`
+        bounds each video's last time index). A video whose time passes float16's range (transformers'
+        float16 arithmetic gives it garbage positions) is refused."""
         if len(videos) == 0:
-            return 1.0
-        seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts
-        return time_interval(self.tokens_per_second * seconds, self.video_time)
+            return 1.0, 0
+        arithmetic = self.time_arithmetic(second_per_grid_ts)
+        seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts.values
+        interval = time_interval(self.tokens_per_second, seconds, arithmetic)
+        if arithmetic.rounding == FLOAT16:  # (bfloat16 has float32's range: no time reaches its end)
+            last = scaled_time(videos[:, 0] - 1, interval, FLOAT16)
+            bad = np.flatnonzero(~np.isfinite(last))
+            if bad.size:
+                i = int(bad[0])
+                raise MRopeError(
+                    f"second_per_grid_ts[{i}] = {seconds[i]:g} ({arithmetic.name}): transformers computes "
+                    f"video {i}'s time in {arithmetic.name}, in which its last frame's time index "
+                    f"({int(videos[i, 0]) - 1} * {self.tokens_per_second} * {seconds[i]:g}) overflows: give "
+                    "the seconds as float32"
+                )
+        return interval, arithmetic.rounding
 
     @property
     def time_rate(self) -> float:

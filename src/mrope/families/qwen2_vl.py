@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
-from .inputs import RequestInputs
+from .inputs import RequestInputs, Seconds
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -62,13 +62,13 @@ class Qwen2VL(Family):
         self,
         ids: Any,
         videos: np.ndarray,
-        seconds: np.ndarray | None,
+        seconds: Seconds | None,
         video_offsets: list[int] | None,
         frame_offsets: np.ndarray | None,
     ) -> Blocks | list[BlockRow]:
         """One prompt's video blocks, each video one block: at ``video_offsets``, or found in ``ids``
         (``frame_offsets`` is for frame families: None here)."""
-        grids, interval = self.video_items(videos, seconds)
+        grids, interval, rounding = self.video_items(videos, seconds)
         if video_offsets is None:
             video_offsets = self.find_offsets(as_ids(ids), self.video_token_id, grids)
             if video_offsets is None:
@@ -76,28 +76,41 @@ class Qwen2VL(Family):
                 return self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
         if not video_offsets:
             return []
-        return self.items_at(ids, self.video_token_id, grids, video_offsets, what="video", interval=interval)
+        return self.items_at(
+            ids, self.video_token_id, grids, video_offsets, what="video", interval=interval, rounding=rounding
+        )
 
     def video_blocks(
         self,
         ids: np.ndarray,
         videos: np.ndarray,
-        second_per_grid_ts: np.ndarray | None,
+        second_per_grid_ts: Seconds | None,
         row_starts: np.ndarray,
         row_lengths: np.ndarray,
     ) -> Blocks:
         """Each video one block of its video placeholder tokens."""
-        grids, interval = self.video_items(videos, second_per_grid_ts)
+        grids, interval, rounding = self.video_items(videos, second_per_grid_ts)
         return self.token_blocks(
-            ids, self.video_token_id, grids, row_starts, row_lengths, what="video", interval=interval
+            ids,
+            self.video_token_id,
+            grids,
+            row_starts,
+            row_lengths,
+            what="video",
+            interval=interval,
+            rounding=rounding,
         )
 
     def video_items(
-        self, videos: np.ndarray, second_per_grid_ts: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray | float]:
-        """Each video's grid as its block has it (before the spatial merge) and its temporal index step."""
-        return videos, self.video_interval(second_per_grid_ts, videos)
+        self, videos: np.ndarray, second_per_grid_ts: Seconds | None
+    ) -> tuple[np.ndarray, np.ndarray | float, int]:
+        """Each video's grid as its block has it (before the spatial merge), its temporal index step and
+        the rounding of its time (:func:`mrope.core.place.temporal_index`)."""
+        return videos, *self.video_interval(second_per_grid_ts, videos)
 
-    def video_interval(self, second_per_grid_ts: np.ndarray | None, videos: np.ndarray) -> np.ndarray | float:
-        """Temporal index step between a video's frames: 1 unless the family scales time."""
-        return 1.0
+    def video_interval(
+        self, second_per_grid_ts: Seconds | None, videos: np.ndarray
+    ) -> tuple[np.ndarray | float, int]:
+        """Temporal index step between a video's frames and the rounding of its time: 1 and none unless
+        the family scales time."""
+        return 1.0, 0

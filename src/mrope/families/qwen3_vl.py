@@ -8,6 +8,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import as_ids, split_frames
+from .inputs import Seconds
 from .qwen2_vl import Qwen2VL
 
 
@@ -20,7 +21,7 @@ class Qwen3VL(Qwen2VL):
         self,
         ids: np.ndarray,
         videos: np.ndarray,
-        second_per_grid_ts: np.ndarray | None,
+        second_per_grid_ts: Seconds | None,
         row_starts: np.ndarray,
         row_lengths: np.ndarray,
     ) -> Blocks:
@@ -34,7 +35,7 @@ class Qwen3VL(Qwen2VL):
         self,
         ids: Any,
         videos: np.ndarray,
-        seconds: np.ndarray | None,
+        seconds: Seconds | None,
         video_offsets: list[int] | None,
         frame_offsets: np.ndarray | None,
     ) -> Blocks | list[BlockRow]:

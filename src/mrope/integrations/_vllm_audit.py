@@ -712,8 +712,8 @@ def _package_dirs(top: str) -> list[str]:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return []
-    if spec is None or not spec.submodule_search_locations:
-        return []
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
+        return []  # not installed, or a namespace package (a folder of that name on sys.path)
     return [str(path) for path in spec.submodule_search_locations]
 
 

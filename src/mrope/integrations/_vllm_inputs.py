@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._backends import to_int_array
 from .._errors import MRopeError
 from ..families import Family
 
@@ -175,12 +176,15 @@ def _offset(feature: Any) -> int:
 
 
 def _grid(data: Any, name: str, offset: int) -> list[int]:
+    """The item's (T, H, W), as integers: float grids are refused as the core refuses them (never
+    truncated)."""
     elem = data.get(name)
     if elem is None:
         raise MRopeError(f"the feature at offset {offset} has no {name}")
-    grid = elem.data.tolist()
+    what = f"the feature at offset {offset}'s {name}"
+    grid = to_int_array(elem.data, name=what, ndim=1).tolist()
     if len(grid) != 3:
-        raise MRopeError(f"{name} of the feature at offset {offset} must be (T, H, W), got {grid}")
+        raise MRopeError(f"{what} must be (T, H, W), got {grid}")
     return grid
 
 

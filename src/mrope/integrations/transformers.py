@@ -19,9 +19,11 @@ can pass ``position_ids`` to ``forward()`` instead of having the model compute t
 
 ``compat=None`` (both calls) follows the installed transformers: ``"transformers"`` from 5.3 on (text
 after a vision block resumes at ``base + max(H', W')``), ``"vllm"`` before; results then equal
-transformers' own. Omni thinkers follow transformers' thinker code under either value; transformers
-leaves 1 in padded slots where mrope leaves 0 (the README's convention table), which no real token
-reads.
+transformers' own, Qwen2.5-VL's scaled video time included: it is computed in the dtype of the
+``second_per_grid_ts`` tensor handed over (bfloat16 or float16 once the inputs were cast with
+``.to(dtype)``), as transformers computes it (``compat="vllm"`` keeps vLLM's and SGLang's arithmetic).
+Omni thinkers follow transformers' thinker code under either value; transformers leaves 1 in padded
+slots where mrope leaves 0 (the README's convention table), which no real token reads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
+from .._backends import to_numpy
 from ..families import Family, family_of
 
 __all__ = ["MRopeRopeIndex", "installed_compat", "is_patched", "patch", "rope_index", "unpatch"]
@@ -251,6 +254,10 @@ def rope_index(
     if inputs.get("input_ids") is None:
         raise MRopeError("inputs has no input_ids: rope_index needs the token ids")
     input_ids, mask = inputs["input_ids"], inputs.get("attention_mask")
+    if not hasattr(input_ids, "ndim"):  # a list: read here, so that a ragged one is named
+        input_ids = to_numpy(input_ids, name="input_ids")
+    if mask is not None and not hasattr(mask, "ndim"):
+        mask = to_numpy(mask, name="attention_mask")
     if isinstance(config, Family):
         if compat not in (None, config.compat):
             raise MRopeError(f"config is a family with compat={config.compat!r}, compat={compat!r} differs")
@@ -268,7 +275,10 @@ def rope_index(
             (inputs[k] for k in _SECONDS_KEYS if inputs.get(k) is not None), None
         )
     feature_mask = inputs.get("feature_attention_mask")
-    audio_seqlens = inputs.get("audio_feature_lengths") if feature_mask is None else feature_mask.sum(-1)
+    if feature_mask is None:
+        audio_seqlens = inputs.get("audio_feature_lengths")
+    else:
+        audio_seqlens = _audio_lengths(feature_mask)
     if audio_seqlens is not None:
         extra["audio_seqlens"] = audio_seqlens
     if use_audio_in_video is not None:
@@ -285,6 +295,19 @@ def rope_index(
     if single:
         return positions[:, 0], deltas[0]
     return positions, deltas
+
+
+def _audio_lengths(feature_mask: Any) -> np.ndarray:
+    """Each audio's feature length from the processor's ``feature_attention_mask`` (num_audios, L) of
+    0/1 (a tensor, an array or a list)."""
+    mask = to_numpy(feature_mask, name="feature_attention_mask")
+    if mask.ndim != 2:
+        raise MRopeError(
+            f"feature_attention_mask must be (num_audios, length), got shape {tuple(mask.shape)}"
+        )
+    if mask.dtype.kind not in "biu" and not (mask.size == 0 and mask.dtype == np.float64):
+        raise MRopeError(f"feature_attention_mask must hold 0/1 integers or bools, got dtype {mask.dtype}")
+    return mask.sum(-1, dtype=np.int64)
 
 
 def _in_dtype_of(positions: Any, input_ids: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import to_numpy
+from .._backends import check_int64_range, overlapping, refuse_non_integers, to_numpy
 from .._errors import MRopeError
 from ._state import DEAD, MAX_INDEX, PLEN
 
@@ -40,14 +40,30 @@ def validate(
     ns: np.ndarray,
     info: np.ndarray,
     max_index: int = MAX_INDEX,
+    seq_lens: np.ndarray | None = None,
 ) -> int:
-    """Checks of the general path; returns N."""
+    """Checks of the general path; returns N. ``seq_lens``: the caller's lengths of a decode step
+    (``nc`` is ``seq_lens - 1``, which wraps for the most negative int64), named in the messages."""
     dead = info[PLEN] == DEAD
     if dead.any():
         i = int(np.argmax(dead))
         if not 0 <= slots[i] < max_slots:
             raise MRopeError(f"slots[{i}] = {slots[i]} is out of range [0, {max_slots})")
         raise MRopeError(f"slots[{i}] = {slots[i]} holds no request (never added, or removed)")
+    if seq_lens is not None:
+        if seq_lens.min() < 1:
+            i = int(np.argmin(seq_lens))
+            raise MRopeError(
+                f"seq_lens[{i}] = {seq_lens[i]} (slot {slots[i]}): a length counts the new token, so it "
+                "must be >= 1"
+            )
+        over = seq_lens > max_index
+        if over.any():
+            i = int(np.argmax(over))
+            raise MRopeError(
+                f"slot {slots[i]}: sequence index {int(seq_lens[i]) - 1} (seq_lens[{i}] = {seq_lens[i]}) "
+                f"is beyond {max_index - 1}"
+            )
     if ns.min() < 0:
         i = int(np.argmin(ns))
         raise MRopeError(f"num_scheduled[{i}] = {ns[i]} (slot {slots[i]}): counts must be >= 0")
@@ -76,7 +92,21 @@ def check_out(out: np.ndarray, num: int, num_tokens: int | None, dtype: np.dtype
         raise MRopeError(f"num_tokens = {num_tokens}, but num_scheduled sums to {num}")
     if not out.flags.writeable:
         raise MRopeError("out is read-only")
+    if out_overlaps(out, num):
+        raise MRopeError(
+            f"out has elements sharing memory (strides {out.strides} bytes, e.g. a broadcast or "
+            "as_strided view): pass an array that can hold one position per element"
+        )
     return num
+
+
+def out_overlaps(out: np.ndarray, num: int) -> bool:
+    """Whether two elements of ``out[:, :num]`` (a (3, n) array) share memory. O(1): the common
+    layout (columns one element apart, rows at least ``num`` apart) is one comparison."""
+    row, column = out.strides
+    if column == out.itemsize and row >= column * num:
+        return False
+    return overlapping((3, num), (row, column), out.itemsize)
 
 
 def as_index(x: Any, name: str) -> np.ndarray:
@@ -87,7 +117,8 @@ def as_index(x: Any, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise MRopeError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype == np.float64):
-        raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        refuse_non_integers(arr, x, name)
+    check_int64_range(arr, name)
     return arr if arr.dtype in INDEX_DTYPES else arr.astype(np.int64)
 
 

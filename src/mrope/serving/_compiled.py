@@ -6,10 +6,10 @@ numba (``cache=True``: later processes load it from disk), does the whole step i
 
 1. validation, for every request: the slot is in range and live, ``num_computed >= 0``,
    ``num_scheduled >= 0``, the last index below the table's bound, (decode) that index past the
-   prompt, the last index's position below ``max_position``, and ``out`` has the columns (and
-   ``num_tokens`` is N). A bad step returns -1 before anything is written: :class:`PositionTable`
-   then runs its numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse the
-   same input with the same message;
+   prompt, the last index's position below ``max_position``, and ``out`` has the columns, no two of
+   its elements sharing memory (and ``num_tokens`` is N). A bad step returns -1 before anything is
+   written: :class:`PositionTable` then runs its numpy path, whose checks (:mod:`._checks`) raise the
+   error, so both paths refuse the same input with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
    its segments in order from the one a binary search over the pool's keys finds.
 
@@ -83,6 +83,17 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
         num += size
     if num > out.shape[1] or (num_tokens >= 0 and num_tokens != num) or beyond:
         return -1
+    # no two elements of out[:, :num] share memory (the rule of mrope._backends.overlapping)
+    row, column, item = abs(out.strides[0]), abs(out.strides[1]), out.itemsize
+    if num == 1:
+        if row < item:
+            return -1
+    elif num > 1:
+        if column <= row:
+            if column < item or row < column * (num - 1) + item:
+                return -1
+        elif row < item or column < 2 * row + item:
+            return -1
     col = 0
     for i in range(n):
         column = np.int64(slots[i]) + 1

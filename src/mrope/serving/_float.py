@@ -26,14 +26,16 @@ def fill_float(
     nc: np.ndarray,
     ns: np.ndarray,
     num_tokens: int | None,
-    decode: bool = False,
+    seq_lens: np.ndarray | None = None,
 ) -> int:
-    """:meth:`PositionTable.fill` of a float32 table (arguments already int64 arrays of one length)."""
+    """:meth:`PositionTable.fill` of a float32 table (arguments already int64 arrays of one length);
+    ``seq_lens``: :meth:`PositionTable.decode`'s (``nc`` is ``seq_lens - 1``), named in its errors."""
+    decode = seq_lens is not None
     if slots.shape[0] == 0:
         return check_out(out, 0, num_tokens, FLOAT32)
     column = slots + 1  # out-of-range slots read the free columns at both ends (mode="clip")
     info = state.info.take(column, axis=1, mode="clip")
-    num = validate(state.max_slots, slots, nc, ns, info, state.max_index)
+    num = validate(state.max_slots, slots, nc, ns, info, state.max_index, seq_lens)
     if decode and (nc < info[PLEN]).any():
         refuse_prompt_decode(slots, nc, info[PLEN])
     check_out(out, num, num_tokens, FLOAT32)

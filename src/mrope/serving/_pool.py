@@ -31,6 +31,9 @@ from .._errors import MRopeError
 from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 SHIFT = 32  # key = base << 32 | index
+#: the most entries a pool holds: a key keeps its entry's index (``base``) in the 31 bits above
+#: ``SHIFT`` (int64 keys stay positive), and :meth:`Pool.put` writes it as an int32
+MAX_CAPACITY = 1 << 31
 KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``data``
 #: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk cache
 #: is keyed on that module's source only: a change here must come with a change there.
@@ -124,16 +127,27 @@ class Pool:
                     f"{need} more needed, capacity {self.capacity}; reserve() more before freezing"
                 )
         elif 2 * (used + need) > capacity:  # less than half free: grow, keeping headroom
-            capacity = max(2 * capacity, 2 * (used + need))
+            capacity = min(max(2 * capacity, 2 * (used + need)), MAX_CAPACITY)
+        if used + need > capacity:  # beyond MAX_CAPACITY: keys cannot index more entries
+            raise MRopeError(
+                f"the segment pool cannot hold {used} live entries and {need} more: at most "
+                f"{MAX_CAPACITY} (2**31) entries are indexed"
+            )
         new_base = np.cumsum(count) - count
         shift = np.repeat(base - new_base, count)
         src = shift + np.arange(used)
-        data = _fresh(capacity, used)
+        try:  # nothing is changed before both arrays exist
+            data = _fresh(capacity, used)
+            floats = None if self.floats is None else np.zeros((2, capacity), dtype=np.float64)
+        except MemoryError:
+            per_entry = 8 * (ORIGIN + 1 + (0 if self.floats is None else 2))  # bytes
+            raise MRopeError(
+                f"the segment pool cannot grow to {capacity} entries ({capacity * per_entry / 2**30:.1f} "
+                "GiB): out of memory"
+            ) from None
         data[:, :used] = self.data[:, src]
         data[_INDEX_ROWS, :used] -= shift << SHIFT
-        floats = None
-        if self.floats is not None:
-            floats = np.zeros((2, capacity), dtype=np.float64)
+        if floats is not None:
             floats[:, :used] = self.floats[:, src]
         self._use(data, floats)
         firsts = np.array(self.first, dtype=np.int64)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._backends import overlapping
 from .._errors import MRopeError
 from ..core.segments import render_formula
 from ._pool import FHW0, FIELDS, FIS_TEXT, FLOAT_HW0, FLOAT_T0, FT0, FWIDTH, KEYS, OKEY
@@ -36,13 +37,17 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 
 def _overlaps(tensor: torch.Tensor) -> bool:
     """Whether two elements of ``tensor`` share memory (a zero or too small stride)."""
-    reach = 0  # the furthest element offset the dimensions of smaller strides reach
-    dims = sorted((st, sz) for st, sz in zip(tensor.stride(), tensor.shape, strict=True) if sz > 1)
-    for stride, size in dims:
-        if stride <= reach:
-            return True
-        reach += stride * (size - 1)
-    return False
+    return overlapping(tensor.shape, tensor.stride())
+
+
+def _dense(x: Any) -> bool:
+    """A dense (strided, not nested) tensor: the only kind the device path reads or writes."""
+    return not x.is_nested and x.layout is torch.strided
+
+
+def _kind(x: torch.Tensor) -> str:
+    """``"nested"`` or the layout's name (``"sparse_coo"``, ...) of a tensor that is not dense."""
+    return "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
 
 
 class DeviceTable:
@@ -297,7 +302,13 @@ class DeviceTable:
                     f"the table is frozen (freeze()): its device scratch of {self.ramp.shape[0]} "
                     f"columns cannot grow to {num}"
                 )
-            self.ramp = torch.arange(num, dtype=_DTYPE, device=self.device)
+            try:  # torch raises RuntimeError (OutOfMemoryError is one) for a size it cannot allocate
+                self.ramp = torch.arange(num, dtype=_DTYPE, device=self.device)
+            except (RuntimeError, MemoryError) as err:
+                raise MRopeError(
+                    f"tokens={num}: a device scratch of {num} int64 columns ({num * 8 / 2**30:.1f} GiB) "
+                    f"cannot be allocated on {self.device}: {err}"
+                ) from None
 
     def _ramp(self, num: int) -> torch.Tensor:
         if self.ramp.shape[0] < num:  # grows during warm-up, before any graph capture
@@ -311,6 +322,10 @@ class DeviceTable:
 
     def _check_out(self, out: Any, num: int | None) -> None:
         """``out`` a (3, >= num) tensor of the table's dtype on its device (``num=None``: all of it)."""
+        if isinstance(out, torch.Tensor) and not _dense(out):
+            raise MRopeError(
+                f"out is a {_kind(out)} tensor: pass a dense (strided) (3, n) {self.out_dtype} tensor"
+            )
         if (
             not isinstance(out, torch.Tensor)
             or out.dtype != self.out_dtype
@@ -340,6 +355,8 @@ class DeviceTable:
             raise MRopeError(
                 f"{name} must be a torch tensor on {self.device} on the device path, got {type(x).__name__}"
             )
+        if not _dense(x):
+            raise MRopeError(f"{name} is a {_kind(x)} tensor: pass a dense (strided) 1-D integer tensor")
         if x.dim() != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise MRopeError(
                 f"{name} must be a 1-D integer tensor, got shape {tuple(x.shape)} dtype {x.dtype}"

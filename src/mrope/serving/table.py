@@ -38,6 +38,7 @@ from ._pool import FHW0 as _FHW0
 from ._pool import FIS_TEXT as _FIS_TEXT
 from ._pool import FT0 as _FT0
 from ._pool import FWIDTH as _FWIDTH
+from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._pool import OKEY as _OKEY
 from ._segments import from_positions, nonempty, positions_input
 from ._state import DEAD as _DEAD
@@ -46,6 +47,7 @@ from ._state import KEY as _KEY
 from ._state import PLEN as _PLEN
 from ._state import SlotState
 
+_INT64_MAX = (1 << 63) - 1
 _LAST, _END, _NC, _NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
 BACKENDS = ("auto", "numba", "numpy")
 
@@ -53,8 +55,9 @@ BACKENDS = ("auto", "numba", "numpy")
 def compiled_step(backend: str, floats: bool) -> Any:
     """The compiled step of :mod:`._compiled` for a table of ``backend`` (``None``: the numpy step).
 
-    ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA=0``; ``"numba"``: required
-    (:class:`MRopeError` without numba, or for a float32 table); ``"numpy"``: never."""
+    ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA`` is off (``0``, ``false``,
+    ``off``, ``no``); ``"numba"``: required (:class:`MRopeError` without numba, or for a float32
+    table); ``"numpy"``: never."""
     if backend not in BACKENDS:
         raise MRopeError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend == "numpy" or (backend == "auto" and (floats or not numba_allowed())):
@@ -78,20 +81,22 @@ class PositionTable:
     Parameters
     ----------
     max_requests : int
-        Number of slots ``0 ... max_requests - 1`` (the engine's maximum number of running requests).
+        Number of slots ``0 ... max_requests - 1`` (the engine's maximum number of running requests),
+        at most 2**31.
     device : str or torch.device, default ``"cpu"``
         Where the torch path (:meth:`fill` and :meth:`decode` with torch tensors) runs. Anything but
         ``"cpu"`` keeps a copy of the table on that device, updated at :meth:`add` and :meth:`remove`.
         The numpy path (numpy ``out``) is always available.
     max_position : int, optional
-        Exclusive bound on positions (e.g. the size of the model's cos/sin cache): adding a request, or
-        filling a step, that would reach it raises :class:`MRopeError`.
+        Exclusive bound on positions (e.g. the size of the model's cos/sin cache), below 2**63: adding
+        a request, or filling a step, that would reach it raises :class:`MRopeError`.
     pool_capacity : int, optional
         Initial number of segment entries of the pool (default ``8 * max_requests + 64``; a request
-        takes its segments + 1). When an :meth:`add` does
+        takes its segments + 1), at most 2**31 (the entries its keys index). When an :meth:`add` does
         not fit, the pool is compacted, and grown (at least doubled) where less than half of it would
         be free, so that steady admission and removal compact rarely. Growing reallocates the device
         copy: before capturing CUDA graphs, :meth:`reserve` the size needed, then :meth:`freeze`.
+        Sizes beyond these bounds, or beyond memory, raise :class:`MRopeError` naming them.
     dtype : ``numpy.int64`` (default) or ``numpy.float32`` (numpy, torch or string dtype)
         The positions' dtype, which ``out`` must have. int64 tables hold every family but Qwen3-Omni,
         whose positions are fractional float32: serve it with a float32 table. A float32 table follows
@@ -105,12 +110,12 @@ class PositionTable:
         How an int64 table's numpy-path :meth:`fill` and :meth:`decode` run: ``"numba"`` compiles the
         step into one pass over its tokens (:mod:`mrope.serving._compiled`; needs numba, which every
         vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
-        can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0``. Both write the same
-        positions and raise the same errors. float32 tables always use numpy. ``table.backend`` tells
-        which one runs. numba compiles the step on its first call for each combination of array types
-        (seconds; then from its on-disk cache, a fraction of a second per process): an engine makes
-        that call at start-up with an empty step of its real arrays, e.g. ``fill(out, slots[:0],
-        num_computed[:0], num_scheduled[:0])``.
+        can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0`` (or ``false``, ``off``,
+        ``no``, in any case). Both write the same positions and raise the same errors. float32 tables
+        always use numpy. ``table.backend`` tells which one runs. numba compiles the step on its first
+        call for each combination of array types (seconds; then from its on-disk cache, a fraction of a
+        second per process): an engine makes that call at start-up with an empty step of its real
+        arrays, e.g. ``fill(out, slots[:0], num_computed[:0], num_scheduled[:0])``.
 
     Notes
     -----
@@ -137,17 +142,40 @@ class PositionTable:
     ) -> None:
         if not _is_int(max_requests) or max_requests <= 0:
             raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
+        if max_requests > _MAX_CAPACITY:
+            raise MRopeError(
+                f"max_requests must be at most {_MAX_CAPACITY} (2**31: each live request takes a segment "
+                f"entry, and the pool indexes at most that many), got {max_requests}"
+            )
         if max_position is not None and (not _is_int(max_position) or max_position <= 0):
             raise MRopeError(f"max_position must be a positive int or None, got {max_position!r}")
+        if max_position is not None and max_position > _INT64_MAX:
+            raise MRopeError(f"max_position must be below 2**63 (positions are int64), got {max_position}")
         if pool_capacity is not None and (not _is_int(pool_capacity) or pool_capacity <= 0):
             raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
-        capacity = 8 * int(max_requests) + 64 if pool_capacity is None else int(pool_capacity)
+        if pool_capacity is not None and pool_capacity > _MAX_CAPACITY:
+            raise MRopeError(
+                f"pool_capacity must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys "
+                f"index), got {pool_capacity}"
+            )
+        if pool_capacity is None:
+            capacity = min(8 * int(max_requests) + 64, _MAX_CAPACITY)
+        else:
+            capacity = int(pool_capacity)
         self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
         floats = self.dtype == _FLOAT32
         self._floats = floats
-        state = SlotState(self.max_requests, floats=floats, capacity=capacity, max_position=self.max_position)
+        try:
+            state = SlotState(
+                self.max_requests, floats=floats, capacity=capacity, max_position=self.max_position
+            )
+        except MemoryError:
+            raise MRopeError(
+                f"a table of max_requests={self.max_requests} and pool_capacity={capacity} does not fit "
+                f"in memory (about {_table_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
+            ) from None
         self._state = state
         # the state's parts the numpy step reads, bound once (none is ever replaced: the pool
         # reallocates its own arrays)
@@ -210,23 +238,34 @@ class PositionTable:
         entries (live requests' included; each request takes its segments + 1), and on the device path
         a step scratch for ``tokens`` columns (``num_tokens`` of :meth:`fill`, the largest a captured
         graph runs). Growing reallocates the device copy: call it before capturing CUDA graphs, then
-        :meth:`freeze`. Raises :class:`MRopeError` on a frozen table that would have to grow."""
+        :meth:`freeze`. Raises :class:`MRopeError` (and grows nothing) on a frozen table that would have
+        to grow, for ``segments`` beyond 2**31, a size that cannot be allocated, or ``tokens`` without
+        torch (the device path's scratch)."""
         for name, value in (("segments", segments), ("tokens", tokens)):
             if value is not None and (not _is_int(value) or value < 0):
                 raise MRopeError(f"{name} must be an int >= 0 or None, got {value!r}")
+        if segments is not None and segments > _MAX_CAPACITY:
+            raise MRopeError(
+                f"segments must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys index), "
+                f"got {segments}"
+            )
         with self._lock:
             pool = self._pool
-            if segments is not None and segments > pool.capacity:
-                if pool.frozen:
-                    raise MRopeError(
-                        f"the table is frozen (freeze()): its pool of {pool.capacity} entries cannot "
-                        f"grow to {segments}"
-                    )
+            grow = segments is not None and segments > pool.capacity
+            if grow and pool.frozen:
+                raise MRopeError(
+                    f"the table is frozen (freeze()): its pool of {pool.capacity} entries cannot "
+                    f"grow to {segments}"
+                )
+            # everything that can refuse runs before the pool grows: the device scratch first (its
+            # growth changes no state a caller sees)
+            if tokens is not None:
+                why = "reserve(tokens=...) sizes the device path's scratch, which"
+                self._device_state(why=why).reserve(int(tokens))
+            if grow:
                 self._state.grow(int(segments))
                 if self._device is not None:
                     self._device.sync_all()
-            if tokens is not None:
-                self._device_state().reserve(int(tokens))
 
     def freeze(self) -> None:
         """Fix the addresses of the table's device tensors (e.g. before CUDA graph capture): from now on
@@ -474,8 +513,9 @@ class PositionTable:
                     return
                 self._fill_numpy(view, slots, nc, ns, None)
             except MRopeError:
-                if (ns < 0).any():
-                    i = int(np.argmax(ns < 0))
+                decreasing = starts[1 : n + 1] < starts[:n]  # (ns < 0 misses differences that wrap)
+                if decreasing.any():
+                    i = int(np.argmax(decreasing))
                     raise MRopeError(
                         f"query_start_loc decreases at request {i}: {starts[i]} then {starts[i + 1]}"
                     ) from None
@@ -493,11 +533,20 @@ class PositionTable:
                 self._device.check()
 
     # -- internals --------------------------------------------------------------------------------
-    def _device_state(self, device: Any = None) -> Any:
-        from .device import DeviceTable
-
+    def _device_state(self, device: Any = None, why: str = "") -> Any:
         if self._device is None:
-            self._device = DeviceTable(self._state, self._device_name if device is None else device)
+            try:
+                from .device import DeviceTable
+            except ImportError as err:
+                what = why or f"device={self._device_name!r} asks for the device path, which"
+                raise MRopeError(f"{what} needs torch (pip install 'mrope[torch]'): {err}") from None
+            mirror = DeviceTable(self._state, self._device_name if device is None else device)
+            if mirror.device.type == "meta":
+                raise MRopeError(
+                    "the meta device holds no values (shapes only): the device path needs a device that "
+                    "computes (cpu, cuda, ...)"
+                )
+            self._device = mirror
         self._device.check_device(device)
         return self._device
 
@@ -601,13 +650,14 @@ class PositionTable:
         ):
             lens = as_index(seq_lens, "seq_lens")
         return self._fill_numpy(
-            out, slots, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, decode=True
+            out, slots, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, seq_lens=lens
         )
 
     def _fill_numpy(
-        self, out: Any, slots: Any, nc: Any, ns: Any, num_tokens: int | None, decode: bool = False
+        self, out: Any, slots: Any, nc: Any, ns: Any, num_tokens: int | None, seq_lens: Any = None
     ) -> int:
-        """:meth:`fill`'s numpy path (and its error messages, for the compiled path too)."""
+        """:meth:`fill`'s numpy path (and its error messages, for the compiled path too); ``seq_lens``:
+        :meth:`decode`'s (``nc`` is ``seq_lens - 1``), named in its messages."""
         if not isinstance(out, np.ndarray):
             raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
         # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
@@ -622,13 +672,16 @@ class PositionTable:
         if type(ns) is not np.ndarray or (ns.dtype is not _INT64 and ns.dtype is not _INT32) or ns.ndim != 1:
             ns = as_index(ns, "num_scheduled")
         n = slots.shape[0]
+        decode = seq_lens is not None
+        if decode and seq_lens.shape[0] != n:
+            raise MRopeError(f"slots and seq_lens must have one length, got {n} and {seq_lens.shape[0]}")
         if nc.shape[0] != n or ns.shape[0] != n:
             raise MRopeError(
                 f"slots, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
         if self._floats:
-            return fill_float(self._state, out, slots, nc, ns, num_tokens, decode)
+            return fill_float(self._state, out, slots, nc, ns, num_tokens, seq_lens)
         if n == 0:
             return check_out(out, 0, num_tokens)
         if self._flags.shape[0] < n:
@@ -649,7 +702,7 @@ class PositionTable:
         if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
             # the last index below the bound (an int32 index always is)
             if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index:
-                validate(self.max_requests, slots, nc, ns, info, self.max_index)
+                validate(self.max_requests, slots, nc, ns, info, self.max_index, seq_lens)
             check_out(out, n, num_tokens)
             first = np.add(nc, info[_DELTA], out=index)
             if self.max_position is not None:
@@ -670,7 +723,7 @@ class PositionTable:
             or highest[_NS] > self._unsigned_bound
             or highest[_END] > self.max_index
         ):
-            validate(self.max_requests, slots, nc, ns, info, self.max_index)  # raises
+            validate(self.max_requests, slots, nc, ns, info, self.max_index, seq_lens)  # raises
         if decode:  # here only with an index inside its prompt (not the fast path above)
             refuse_prompt_decode(slots, nc, info[_PLEN])
         cum = np.add.accumulate(ns, out=scratch[_NC])  # each request's last column + 1 (int64)
@@ -727,6 +780,13 @@ class PositionTable:
         if self._arange.shape[0] < num:
             self._arange = np.arange(max(num, 2 * self._arange.shape[0]), dtype=np.int64)
         return self._arange[:num]
+
+
+def _table_bytes(max_requests: int, capacity: int, floats: bool) -> int:
+    """What a table allocates: per slot its info (3 int64, a float64 delta in float32 tables) and two
+    Python list entries; per pool entry 6 int64 (2 float64 more in float32 tables)."""
+    per_slot = 8 * (3 + floats) + 16
+    return max_requests * per_slot + capacity * 8 * (6 + 2 * floats)
 
 
 def _is_int(value: Any) -> bool:
