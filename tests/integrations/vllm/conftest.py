@@ -10,7 +10,8 @@ with ``enable()`` / ``disable()``; subprocess runs pass it explicitly
 Fixtures (session scope): ``vllm_env`` (the settings applied), ``checkpoint`` (a factory:
 family -> checkpoint folder, built once), ``qwen2_5_vl_dir``, ``qwen3_vl_dir``, ``glm4v_dir``,
 ``model_dir`` (indirect parametrization by family name), and ``vllm_model_info`` (vLLM's
-model-info cache filled in-process, saving vLLM's 20 s inspection subprocess per architecture).
+model-info cache filled in-process, saving vLLM's 20 s inspection subprocess per architecture);
+per test: ``plugin_off`` (the plugin disabled and its counters zeroed before and after).
 
 Without vLLM installed the test files here are not collected (under ``CI`` they are, and fail).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,18 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if not HAVE_VLLM:
         return "tests/integrations/vllm: vLLM is not installed here (make test runs them in .venv-vllm)"
     return None
+
+
+@pytest.fixture
+def plugin_off() -> Iterator[None]:
+    """The plugin disabled and its counters zeroed before and after the test."""
+    from mrope.integrations import vllm as plugin
+
+    plugin.disable()
+    plugin.reset_stats()
+    yield
+    plugin.disable()
+    plugin.reset_stats()
 
 
 @pytest.fixture(scope="session")

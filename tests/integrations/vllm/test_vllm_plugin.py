@@ -20,16 +20,6 @@ import mrope
 from mrope.integrations import vllm as plugin
 
 
-@pytest.fixture
-def plugin_off() -> Iterator[None]:
-    """The plugin disabled and its counters zeroed before and after the test."""
-    plugin.disable()
-    plugin.reset_stats()
-    yield
-    plugin.disable()
-    plugin.reset_stats()
-
-
 def _vision_changed(base: list[list[int]], other: list[list[int]], prompts: list[dict]) -> int:
     """How many vision prompts got other tokens."""
     return sum(a != b for a, b, p in zip(base, other, prompts, strict=True) if _harness.has_vision(p))

@@ -5,7 +5,6 @@ positions). Negative control: without that adoption the V1 runner falls back and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import _harness
@@ -15,15 +14,6 @@ from mrope.integrations import vllm as plugin
 
 # before step k: the plugin's mode (None: off); a switch every few steps, while requests run
 SWITCHES = {2: "mrope", 5: "check", 8: "mrope", 11: None, 14: "mrope", 17: "check"}
-
-
-@pytest.fixture
-def plugin_off() -> Iterator[None]:
-    plugin.disable()
-    plugin.reset_stats()
-    yield
-    plugin.disable()
-    plugin.reset_stats()
 
 
 def _switch(mode: str | None):

@@ -22,15 +22,6 @@ from mrope.integrations import _vllm_v2
 from mrope.integrations import vllm as plugin
 
 
-@pytest.fixture
-def plugin_off() -> Iterator[None]:
-    plugin.disable()
-    plugin.reset_stats()
-    yield
-    plugin.disable()
-    plugin.reset_stats()
-
-
 def _causes(error: BaseException) -> Iterator[BaseException]:
     yield error
     while (error := error.__cause__ or error.__context__) is not None:
