@@ -43,6 +43,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the runner lives
 import _checkpoints  # noqa: E402
 import _harness  # noqa: E402
 
+from _timing import median_us, percentile_us, write_json  # noqa: E402
+
 TARGETS = {"video 8k": 5.0, "video 32k": 20.0, "image": 2.0}  # admission, vLLM / mrope (median)
 MEMORY_TARGET = 1000.0  # state bytes, vLLM / mrope
 BIG_REQS, BIG_LEN = 1024, 262_144
@@ -110,8 +112,9 @@ def _requests(llm: Any, prompts: list[dict[str, Any]]) -> list[tuple[list[int], 
 
 
 def _summary(values: list[int]) -> tuple[float, float]:
-    us = np.asarray(values, dtype=np.float64) / 1000
-    return float(np.median(us)), float(np.percentile(us, 99))
+    """Median and p99 in microseconds of nanosecond samples."""
+    seconds = [v / 1e9 for v in values]
+    return median_us(seconds), percentile_us(seconds, 99)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         args.requests, args.rounds = 2, 1
     results = run(args)
     _print(results)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
     return 0
 
 

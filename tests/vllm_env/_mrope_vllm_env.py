@@ -67,22 +67,28 @@ def define_missing_schemas() -> list[str]:
     return missing
 
 
-class _BeforeTorchvision(importlib.abc.MetaPathFinder):
-    """Runs :func:`define_missing_schemas` once, when ``torchvision`` is first looked up, then
-    steps aside (returns None) so that the ordinary finders import it."""
+class _BeforeImport(importlib.abc.MetaPathFinder):
+    """Runs ``action`` once, when the top-level module ``name`` is first looked up, then steps aside
+    (returns None) so that the ordinary finders import it; a failing action never breaks the import."""
+
+    def __init__(self, name: str, action, what: str) -> None:
+        self.name, self.action, self.what = name, action, what
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torchvision":
+        if fullname != self.name:
             return None
-        _uninstall()
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
         try:
-            define_missing_schemas()
-        except Exception as error:  # never break an import over the fix-up
-            print(f"_mrope_vllm_env: could not define torchvision schemas: {error!r}", file=sys.stderr)
+            self.action()
+        except Exception as error:
+            print(f"_mrope_vllm_env: could not {self.what}: {error!r}", file=sys.stderr)
         return None
 
-
-_FINDER = _BeforeTorchvision()
+    def install(self) -> None:
+        """First on ``sys.meta_path`` (once); nothing if the module is already imported."""
+        if self.name not in sys.modules and self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
 
 
 def register_triton_cpu() -> bool:
@@ -119,40 +125,18 @@ def register_triton_cpu() -> bool:
     return True
 
 
-class _BeforeVllm(importlib.abc.MetaPathFinder):
-    """Runs :func:`register_triton_cpu` once, when ``vllm`` is first looked up, then steps aside."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "vllm":
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        try:
-            register_triton_cpu()
-        except Exception as error:  # never break an import over the fix-up
-            print(f"_mrope_vllm_env: could not register Triton's CPU backend: {error!r}", file=sys.stderr)
-        return None
-
-
-_VLLM_FINDER = _BeforeVllm()
-
-
-def _uninstall() -> None:
-    with contextlib.suppress(ValueError):
-        sys.meta_path.remove(_FINDER)
+_FINDERS = {
+    "torchvision": _BeforeImport("torchvision", define_missing_schemas, "define torchvision schemas"),
+    "vllm": _BeforeImport("vllm", register_triton_cpu, "register Triton's CPU backend"),
+}
 
 
 def install() -> None:
-    """Put the finders first on ``sys.meta_path`` (once); each is a no-op if its module is already
-    imported."""
-    if "torchvision" not in sys.modules and _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
-    if (
-        os.environ.get("MROPE_VLLM_TRITON_CPU", "1") != "0"
-        and "vllm" not in sys.modules
-        and _VLLM_FINDER not in sys.meta_path
-    ):
-        sys.meta_path.insert(0, _VLLM_FINDER)
+    """Put the finders first on ``sys.meta_path`` (once); the Triton one unless
+    ``MROPE_VLLM_TRITON_CPU=0``."""
+    _FINDERS["torchvision"].install()
+    if os.environ.get("MROPE_VLLM_TRITON_CPU", "1") != "0":
+        _FINDERS["vllm"].install()
 
 
 if os.environ.get("MROPE_VLLM_ENV_FIX", "1") != "0":

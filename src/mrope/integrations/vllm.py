@@ -240,6 +240,23 @@ def _family_reason(family: Family) -> str | None:
     return None
 
 
+def _served_family(model_config: Any, *, pruning: bool) -> tuple[Family | None, str | None]:
+    """The family mrope serves a runner's model with, or why vLLM's own path serves it: position rows
+    other than 3, video token pruning (it reads and rewrites stored positions), a model mrope does not
+    serve as vLLM does or whose vLLM code was not audited. One rule for both runners; never raises."""
+    num_dims = getattr(model_config, "mrope_num_dims", 3)
+    if num_dims != 3:
+        return None, f"the model has {num_dims} M-RoPE position rows (mrope serves 3)"
+    if pruning:
+        return None, "video token pruning (EVS) reads and rewrites the stored positions"
+    try:
+        family = from_config(model_config.hf_config, **VLLM_SETTINGS)
+        reason = _family_reason(family)
+    except Exception as error:
+        return None, str(error)
+    return (family, None) if reason is None else (None, reason)
+
+
 def _v2_targets() -> tuple[Any, type] | None:
     """Model Runner V2's model-state module (whose ``get_rope_state`` builds the M-RoPE state) and its
     ``DefaultModelState``; None where this platform cannot import them (V2 cannot run there either)."""
@@ -389,17 +406,8 @@ def _runner_state(runner: Any) -> _RunnerState:
         return state
     if state is not None:  # vLLM rebuilt its persistent batch (before serving): start again
         state.release(runner, _original(_init_mrope_positions))
-    family, reason = None, None
-    if getattr(runner, "is_multimodal_pruning_enabled", False):
-        reason = "multimodal pruning rewrites positions after the encoder"
-    else:
-        try:
-            family = from_config(runner.model_config.hf_config, **VLLM_SETTINGS)
-            reason = _family_reason(family)
-        except Exception as error:
-            reason = str(error)
-        if reason is not None:
-            family = None
+    pruning = getattr(runner, "is_multimodal_pruning_enabled", False)
+    family, reason = _served_family(runner.model_config, pruning=pruning)
     if reason is not None:
         logger.warning("mrope: %s; vLLM's own M-RoPE path serves this model", reason)
     state = _RunnerState(runner, family)
@@ -565,13 +573,11 @@ def _get_rope_state(
     if not getattr(model_config, "uses_mrope", False):
         return vllm_state()
     _stats["runner"] = "v2"
+    multimodal = getattr(model_config, "multimodal_config", None)
     try:
-        reason = _v2_unsupported_reason(model_config, model)
-        family = None
-        if reason is None:
-            family = from_config(model_config.hf_config, **VLLM_SETTINGS)
-            reason = _family_reason(family)
-        if reason is None:
+        pruning = multimodal is not None and multimodal.is_multimodal_pruning_enabled()
+        family, reason = _served_family(model_config, pruning=pruning)
+        if family is not None:
             return TableRopeState(
                 family,
                 vllm_state,
@@ -588,17 +594,6 @@ def _get_rope_state(
     logger.warning("mrope: %s; vLLM's own M-RoPE state serves this model runner (V2)", reason)
     _stats["fallback_runners"] += 1
     return vllm_state()
-
-
-def _v2_unsupported_reason(model_config: Any, model: Any) -> str | None:
-    """Why a V2 runner keeps vLLM's ``RopeState`` before the family is looked at (None: nothing)."""
-    num_dims = getattr(model_config, "mrope_num_dims", 3)
-    if num_dims != 3:
-        return f"the model has {num_dims} M-RoPE position rows (mrope serves 3)"
-    multimodal = getattr(model_config, "multimodal_config", None)
-    if multimodal is not None and multimodal.is_multimodal_pruning_enabled():
-        return "video token pruning (EVS) reads and rewrites the stored positions"
-    return None
 
 
 def _model_state_add_request(self: Any, req_index: int, new_req_data: Any) -> None:
