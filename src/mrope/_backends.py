@@ -5,6 +5,7 @@ torch is imported only when a caller already passed a torch tensor (it is then i
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -94,6 +95,23 @@ def to_int_array(x: Any, *, name: str, ndim: int | tuple[int, ...]) -> np.ndarra
         refuse_non_integers(arr, x, name)
     check_int64_range(arr, name)
     return arr.astype(np.int64, copy=False)
+
+
+def int_list(x: Any, *, name: str) -> list[int]:
+    """The values of a 1-D integer list, array or tensor as Python ints (a few values: an item's grid).
+    A CPU tensor of an integer dtype is read with ``tolist()`` (no numpy view); anything else goes
+    through :func:`to_int_array`, which refuses what is not integers."""
+    torch = sys.modules.get("torch")
+    is_tensor = torch is not None and type(x) is torch.Tensor
+    if is_tensor and x.ndim == 1 and x.is_cpu and x.dtype in _torch_int_dtypes(torch):
+        return x.tolist()
+    return to_int_array(x, name=name, ndim=1).tolist()
+
+
+@functools.cache
+def _torch_int_dtypes(torch: Any) -> frozenset:
+    """torch's signed integer dtypes and uint8, whose values are all int64 values."""
+    return frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))
 
 
 def refuse_non_integers(arr: np.ndarray, x: Any, name: str) -> None:

@@ -23,8 +23,8 @@ from mrope.core import (
     render_one_row,
     segments_one_row,
 )
-from mrope.core.one_row import PLANE_CACHE_BYTES
 from mrope.core.place import COMPATS
+from mrope.core.workspace import arrays
 from strategies import streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
@@ -133,4 +133,4 @@ def test_the_plane_cache_is_bounded_in_bytes():
             )
 
     kept = _kept_after(call)
-    assert kept <= PLANE_CACHE_BYTES + (4 << 20), f"{kept} bytes kept after the calls"
+    assert kept <= arrays.budget + (4 << 20), f"{kept} bytes kept after the calls"

@@ -358,9 +358,9 @@ def test_steady_admission_compacts_rarely(backend: str, monkeypatch: pytest.Monk
     for cycle in range(200):
         table.remove(cycle % live_count)
         table.add(cycle % live_count, fam, p.input_ids, **p.kwargs())
-    # each compaction leaves at least half of the pool free: one per ``live_count`` adds at most
-    assert len(compactions) <= 200 // live_count + 2, len(compactions)
-    assert table.pool_capacity >= 2 * live_count * need
+    # each compaction leaves at least 3/4 of the pool free: one per ``3 * live_count`` adds at most
+    assert len(compactions) <= 200 // (3 * live_count) + 2, len(compactions)
+    assert table.pool_capacity >= _pool.HEADROOM * live_count * need
     _check_all(table, dict.fromkeys(range(live_count), expected))
 
 
@@ -371,9 +371,11 @@ def test_reserve_and_freeze(backend: str) -> None:
 
     fam, p = _video_prompt()
     expected = fam.positions(p.input_ids, **p.kwargs())
-    table = PositionTable(4, pool_capacity=4, backend=backend, device=torch.device("cpu"))
-    table.add(0, fam, p.input_ids, **p.kwargs())
-    need = table.state_nbytes(0) // (6 * 8)
+    probe = PositionTable(1)
+    probe.add(0, fam, p.input_ids, **p.kwargs())
+    need = probe.state_nbytes(0) // (6 * 8)  # entries per request
+    table = PositionTable(4, pool_capacity=need, backend=backend, device=torch.device("cpu"))
+    table.add(0, fam, p.input_ids, **p.kwargs())  # fits: no growth
     for bad in ({"segments": -1}, {"segments": 2.5}, {"tokens": True}, {"tokens": "8"}):
         unchanged(table, lambda bad=bad: table.reserve(**bad), "must be an int")
     table.reserve(segments=3 * need, tokens=64)

@@ -12,15 +12,14 @@ Blocks come as :data:`BlockRow` tuples, from a family's parser (:func:`block_row
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 
 from .blocks import BlockRow, Blocks, empty_blocks
 from .place import place_rows
-from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, SegmentTable, render_offsets
-from .workspace import workspace
+from .segments import FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable, render_offsets
+from .workspace import arrays, workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
 
@@ -41,34 +40,30 @@ def block_rows(blocks: Blocks) -> list[BlockRow]:
     )
 
 
-#: the planes kept between calls, in bytes (the oldest is dropped first); a plane larger than a quarter of
-#: this is built for its call only
-PLANE_CACHE_BYTES = 4 << 20
-_planes: dict[tuple[int, int], np.ndarray] = {}
-_planes_bytes = 0
-_planes_lock = threading.Lock()
-
-
 def _plane(height: int, width: int) -> np.ndarray:
     """The positions of one frame's tokens at base 0, (3, height * width), read-only: the render formula
     of a frame segment (t0 = hw0 = 0), which a block translates by its base (the formula is affine in
-    t0 and hw0); from a cache of planes bounded by ``PLANE_CACHE_BYTES``."""
-    global _planes_bytes
-    key = (height, width)
-    plane = _planes.get(key)  # a hit takes no lock (a dict read is atomic) and keeps the order
-    if plane is not None:
-        return plane
+    t0 and hw0); kept in the bounded :data:`mrope.core.workspace.arrays`."""
+    return arrays.get(("plane", height, width), _build_plane)
+
+
+def _build_plane(height: int, width: int) -> np.ndarray:
     offset = np.arange(height * width, dtype=np.int64)
-    plane = np.array(render_offsets(offset, np.zeros_like(offset), 0, width, 0))
-    plane.flags.writeable = False
-    if plane.nbytes <= PLANE_CACHE_BYTES // 4:
-        with _planes_lock:
-            if key not in _planes:
-                _planes[key] = plane
-                _planes_bytes += plane.nbytes
-                while _planes_bytes > PLANE_CACHE_BYTES:
-                    _planes_bytes -= _planes.pop(next(iter(_planes))).nbytes
-    return plane
+    return np.array(render_offsets(offset, np.zeros_like(offset), 0, width, 0))
+
+
+def _frame_segments(frames: int, frame_tokens: int, width: int) -> np.ndarray:
+    """The segments (frames, fields) of a block of ``frames`` frames of ``frame_tokens`` tokens, ``width``
+    wide, at stream index 0 and base 0 with time index 0 (a block adds its start, base and frame times),
+    read-only, kept in :data:`mrope.core.workspace.arrays`."""
+    return arrays.get(("frames", frames, frame_tokens, width), _build_frame_segments)
+
+
+def _build_frame_segments(frames: int, frame_tokens: int, width: int) -> np.ndarray:
+    segments = np.zeros((frames, len(FIELDS)), dtype=np.int64)
+    segments[:, START] = segments[:, ORIGIN] = np.arange(frames, dtype=np.int64) * frame_tokens
+    segments[:, WIDTH] = width
+    return segments
 
 
 def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:
@@ -98,44 +93,46 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
 def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[SegmentTable, int]:
     """The segment table and the delta of a stream that is one row of ``length`` tokens with the vision
     blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
-    ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores."""
+    ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores.
+
+    It is built as (segments, fields), row-major (its transpose is the table): a text run or a one-frame
+    block is one row of Python ints, a block of several frames a run of rows filled by broadcasting."""
     placed, shift, delta = place_rows(rows, length, compat)
-    flat: list[int] = []  # the FIELDS of each segment, segment after segment
-    pieces: list[np.ndarray] = []  # (6, n) runs of segments, in order (multi-frame blocks)
-    cursor = 0
+    flat: list[int] = []  # text runs and one-frame blocks: the FIELDS of each segment, one after another
+    singles: list[int] = []  # their indices in the table
+    # each block of several frames: its first segment's index, (start, base, W'), H'W' and frame times
+    frame_runs: list[tuple[int, tuple[int, int, int], int, np.ndarray]] = []
+    cursor = num = 0  # num: the table's segments so far
     for start, end, base, frames, height, width, t in placed:
         if start > cursor:
             text_base = cursor + base - start
             flat += (cursor, text_base, text_base, 1, 1, cursor)
+            singles.append(num)
+            num += 1
         if t is None:
             flat += (start, base, base, width, 0, start)
-        else:  # one segment per frame, written by numpy
-            if flat:
-                pieces.append(_columns(flat))
-                flat = []
-            frame = np.empty((6, frames), dtype=np.int64)
-            first = frame[START]
-            np.multiply(workspace.range(frames), height * width, out=first)
-            first += start
-            np.add(t, base, out=frame[T0])
-            frame[HW0] = base  # scalar fills: a nested list would be converted to an array first
-            frame[WIDTH] = width
-            frame[IS_TEXT] = 0
-            frame[ORIGIN] = first
-            pieces.append(frame)
+            singles.append(num)
+            num += 1
+        else:
+            frame_runs.append((num, (start, base, width), height * width, t))
+            num += frames
         cursor = end
     if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment
         flat += (cursor, cursor + shift, cursor + shift, 1, 1, cursor)
-    if flat:
-        pieces.append(_columns(flat))
-    data = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=1)
-    return SegmentTable(data, length, compact=length > 0), delta
-
-
-def _columns(flat: list[int]) -> np.ndarray:
-    """Segments given field after field (:data:`FIELDS`), segment after segment, as a (6, n) array (a
-    view)."""
-    return np.array(flat, dtype=np.int64).reshape(-1, len(FIELDS)).T
+        singles.append(num)
+        num += 1
+    if not frame_runs:
+        segments = np.array(flat, dtype=np.int64).reshape(num, len(FIELDS))
+    else:
+        segments = np.empty((num, len(FIELDS)), dtype=np.int64)  # every row is written below
+        for i, row in enumerate(singles):
+            segments[row] = flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
+        for row, (start, base, width), frame_tokens, t in frame_runs:  # start + k * H'W', base + t[k]
+            frames = segments[row : row + t.shape[0]]
+            at = np.array((start, base, base, 0, 0, start), dtype=np.int64)  # (a tuple operand costs more)
+            np.add(_frame_segments(t.shape[0], frame_tokens, width), at, out=frames)
+            frames[:, T0] += t
+    return SegmentTable(segments.T, length, compact=length > 0), delta
 
 
 def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:

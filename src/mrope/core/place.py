@@ -32,7 +32,7 @@ import numpy as np
 from .._errors import MRopeError
 from .blocks import BlockRow, Blocks, empty_blocks
 from .segments import SegmentBuilder
-from .workspace import workspace
+from .workspace import arrays, workspace
 
 COMPATS = ("vllm", "transformers")
 #: how a block's scaled time is rounded beyond the dtype its interval is held in (:class:`Blocks`'s
@@ -212,6 +212,18 @@ def temporal_index(
     return scaled_time(frame, interval, rounding).astype(np.int64)
 
 
+def frame_times(frames: int, interval: np.floating, rounding: int = 0) -> np.ndarray:
+    """The time index of each of a block's ``frames`` frames, :func:`temporal_index` of ``0 ... frames -
+    1`` (read-only; kept in :data:`mrope.core.workspace.arrays`: a video's size and rate repeat across
+    requests)."""
+    # (the interval's type is its arithmetic's dtype: equal values of two dtypes are two keys)
+    return arrays.get(("times", frames, type(interval), interval, rounding), _build_frame_times)
+
+
+def _build_frame_times(frames: int, _: type, interval: np.floating, rounding: int) -> np.ndarray:
+    return temporal_index(workspace.range(frames), interval, rounding)
+
+
 def place(
     blocks: Blocks | ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str
 ) -> Placed:
@@ -322,7 +334,7 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
             t = None
             extent = height if height > width else width
         else:
-            t = temporal_index(workspace.range(frames), interval, rounding)
+            t = frame_times(frames, interval, rounding)
             extent = max(int(t[-1]) + 1, height, width)
         if base + extent > reach:
             reach = base + extent - 1

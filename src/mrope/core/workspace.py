@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,3 +45,37 @@ class Workspace(threading.local):
 
 #: this thread's scratch (see :class:`Workspace`)
 workspace = Workspace()
+
+
+class ArrayCache:
+    """Small read-only arrays that repeat across requests (a frame's positions at base 0, a video's frame
+    times and frame segments), by key, within a budget of bytes: the oldest is dropped first, and an
+    array larger than a quarter of the budget is built for its call only. A hit takes no lock (a dict
+    read is atomic)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.kept = 0  # bytes held
+        self._items: dict[Any, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, build: Callable[..., np.ndarray]) -> np.ndarray:
+        """The array of ``key``, built on a miss by ``build(*key[1:])`` (and kept, read-only): the key is
+        a name followed by the builder's arguments."""
+        array = self._items.get(key)
+        if array is not None:
+            return array
+        array = build(*key[1:])
+        array.flags.writeable = False
+        if array.nbytes <= self.budget // 4:
+            with self._lock:
+                if key not in self._items:
+                    self._items[key] = array
+                    self.kept += array.nbytes
+                    while self.kept > self.budget:
+                        self.kept -= self._items.pop(next(iter(self._items))).nbytes
+        return array
+
+
+#: the arrays that the one-prompt paths reuse across requests (see :class:`ArrayCache`), 4 MiB
+arrays = ArrayCache(4 << 20)

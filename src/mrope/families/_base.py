@@ -560,13 +560,13 @@ class Family:
         not given; see :class:`Seconds`): each in ``[0, MAX_POSITION]``, and, for families that scale
         time, no video's last frame past ``MAX_POSITION`` (its time index, ``(T - 1) * seconds *
         time_rate``, would otherwise pass int64 when cast)."""
-        checked = None
+        checked, given = None, None
         if seconds is not None:
             if not self.uses_second_per_grid_ts:
                 raise MRopeError(
                     f"{self.model_type} does not scale video time: second_per_grid_ts must be None"
                 )
-            arr = to_numpy(seconds, name="second_per_grid_ts")
+            arr = seconds if type(seconds) is np.ndarray else to_numpy(seconds, name="second_per_grid_ts")
             if arr.ndim != 1 or arr.shape[0] != len(videos):
                 raise MRopeError(
                     f"second_per_grid_ts must have shape ({len(videos)},), one value per video, "
@@ -577,19 +577,18 @@ class Family:
             checked = Seconds(
                 arr if arr.dtype == np.float64 else arr.astype(np.float64), _dtype_of(seconds, arr)
             )
-            values = checked.values.tolist()
+            given = checked.values.tolist()
             # one value per video: a Python pass (NaN fails ``0 <= x``)
-            bad = next((i for i, x in enumerate(values) if not 0 <= x <= MAX_POSITION), None)
+            bad = next((i for i, x in enumerate(given) if not 0 <= x <= MAX_POSITION), None)
             if bad is not None:
-                x = values[bad]
+                x = given[bad]
                 rule = (
                     "must be finite and >= 0" if not 0 <= x < math.inf else f"must be at most {MAX_POSITION}"
                 )
                 raise MRopeError(f"second_per_grid_ts[{bad}] = {x}: {rule}")
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
             temporal, rate = self.video_temporal_merge, self.time_rate
-            given = [1.0] * len(videos) if seconds is None else values
-            for i, (t, x) in enumerate(zip(videos[:, 0].tolist(), given, strict=True)):
+            for i, (t, x) in enumerate(zip(videos[:, 0].tolist(), given or [1.0] * len(videos), strict=True)):
                 if (t // temporal - 1) * x * rate > MAX_POSITION:
                     raise MRopeError(
                         f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._backends import int_list
 from .._errors import MRopeError
 from ..families import Family
 
@@ -182,7 +182,7 @@ def _grid(data: Any, name: str, offset: int) -> list[int]:
     if elem is None:
         raise MRopeError(f"the feature at offset {offset} has no {name}")
     what = f"the feature at offset {offset}'s {name}"
-    grid = to_int_array(elem.data, name=what, ndim=1).tolist()
+    grid = int_list(elem.data, name=what)
     if len(grid) != 3:
         raise MRopeError(f"{what} must be (T, H, W), got {grid}")
     return grid

@@ -39,6 +39,9 @@ KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``dat
 #: is keyed on that module's source only: a change here must come with a change there.
 FT0, FHW0, FWIDTH, FIS_TEXT, OKEY = (r - T0 for r in (T0, HW0, WIDTH, IS_TEXT, ORIGIN))
 FLOAT_T0, FLOAT_HW0 = 0, 1  # rows of ``floats``
+#: a growing pool holds this many times its live entries (48 bytes each): compaction, which copies the
+#: pool, then runs once per three times the live entries added
+HEADROOM = 4
 _HIGH = 1 if sys.byteorder == "little" else 0  # the int32 half of an int64 holding bits 32 ... 63
 _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold base << 32 | index
 
@@ -47,8 +50,9 @@ class Pool:
     """Entries of segments, with compaction and growth (see the module docstring).
 
     An add that does not fit at ``top`` compacts the pool (live entries to the front); the pool grows
-    (doubling at least) when, after compaction, less than half of it would be free: steady admission
-    and removal then compact once per ``capacity / 2`` entries added, not at every add. Once ``frozen``
+    (doubling at least) when, after compaction, less than ``1 - 1 / HEADROOM`` of it would be free: steady
+    admission and removal then compact once per ``3/4`` of the capacity added (at least three times the
+    live entries), not at every add. Once ``frozen``
     (:meth:`PositionTable.freeze`), the arrays keep their size: an add that needs growth raises
     :class:`MRopeError` and changes nothing, and the headroom rule no longer grows the pool.
     """
@@ -107,7 +111,7 @@ class Pool:
         """Release ``slot``'s entries (their keys become free keys); returns their range."""
         lo = self.first[slot]
         hi = lo + self.count[slot]
-        self.keys[lo:hi] = np.arange(lo, hi, dtype=np.int64) << SHIFT
+        self.keys[lo:hi] = np.arange(lo << SHIFT, hi << SHIFT, 1 << SHIFT, dtype=np.int64)  # entry << 32
         self.count[slot] = 0
         return lo, hi
 
@@ -126,8 +130,8 @@ class Pool:
                     f"the table is frozen (freeze()) and its segment pool is full: {used} entries live, "
                     f"{need} more needed, capacity {self.capacity}; reserve() more before freezing"
                 )
-        elif 2 * (used + need) > capacity:  # less than half free: grow, keeping headroom
-            capacity = min(max(2 * capacity, 2 * (used + need)), MAX_CAPACITY)
+        elif need and HEADROOM * (used + need) > capacity:  # an add, less than 3/4 free: grow
+            capacity = min(max(2 * capacity, HEADROOM * (used + need)), MAX_CAPACITY)
         if used + need > capacity:  # beyond MAX_CAPACITY: keys cannot index more entries
             raise MRopeError(
                 f"the segment pool cannot hold {used} live entries and {need} more: at most "

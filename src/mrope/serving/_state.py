@@ -85,7 +85,8 @@ class SlotState:
     def release(self, slot: int) -> tuple[int, int]:
         """Free a live ``slot``; returns its former pool entries' range."""
         lo, hi = self.pool.free(slot)
-        self.info[:, slot + 1] = (DEAD, 0, 0)
+        info, column = self._info_items, slot + 1
+        info[PLEN, column], info[DELTA, column], info[KEY, column] = DEAD, 0, 0
         if self.deltas is not None:
             self.deltas[slot + 1] = 0
         return lo, hi

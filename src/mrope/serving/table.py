@@ -93,7 +93,7 @@ class PositionTable:
     pool_capacity : int, optional
         Initial number of segment entries of the pool (default ``8 * max_requests + 64``; a request
         takes its segments + 1), at most 2**31 (the entries its keys index). When an :meth:`add` does
-        not fit, the pool is compacted, and grown (at least doubled) where less than half of it would
+        not fit, the pool is compacted, and grown (at least doubled) where less than 3/4 of it would
         be free, so that steady admission and removal compact rarely. Growing reallocates the device
         copy: before capturing CUDA graphs, :meth:`reserve` the size needed, then :meth:`freeze`.
         Sizes beyond these bounds, or beyond memory, raise :class:`MRopeError` naming them.
