@@ -123,7 +123,7 @@ def time_interval(rate: float, seconds: np.ndarray, arithmetic: TimeArithmetic) 
     """The temporal index step ``rate * seconds`` of each video in ``arithmetic`` (held in its ``held``
     dtype, rounded as it rounds), for :func:`temporal_index`."""
     multiply = arithmetic.multiply
-    step = (multiply(rate) * np.asarray(seconds, dtype=multiply)).astype(arithmetic.held)
+    step = (multiply(rate) * np.asarray(seconds, dtype=multiply)).astype(arithmetic.held, copy=False)
     return narrow(step, arithmetic.rounding) if arithmetic.rounding else step
 
 

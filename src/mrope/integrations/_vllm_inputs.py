@@ -27,6 +27,7 @@ whose rule in vLLM differs from mrope's in ways no setting covers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ _OMNI_DETAILS = {
 }
 
 
+@functools.lru_cache(maxsize=64)  # per family object (settings do not change): admission asks each time
 def unsupported_reason(family: Family) -> str | None:
     """Why mrope cannot reproduce vLLM 0.32's positions for this family (None: it does, with
     :data:`VLLM_SETTINGS`)."""
