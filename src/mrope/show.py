@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._errors import MRopeError
+from .core import COMPATS
 from .families import ArrayLike, Family
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_TOKENS", "show"]
 
-COMPATS = ("vllm", "transformers")
 ROWS = ("t", "h", "w")
 #: fill colors of the runs in the band: text, image, video, audio
 KIND_COLORS = {"text": "#d9d9d9", "image": "#4c8bd6", "video": "#f0a030", "audio": "#55a868"}

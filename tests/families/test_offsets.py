@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import mrope
 from _peers import require_module
 from mrope import MRopeError
+from mrope.core import COMPATS
 from mrope.serving import PositionTable
 from strategies import Image, Video, build_prompt, layout_kind, prompts, text
 
@@ -27,7 +28,6 @@ FAMILIES = {  # name -> (model_type, vision overrides)
     "qwen3_vl": ("qwen3_vl", {}),
     "glm4v": ("glm4v", {}),
 }
-COMPATS = ("vllm", "transformers")
 
 
 def family_of(name: str, compat: str = "vllm", **settings) -> mrope.Family:

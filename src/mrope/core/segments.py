@@ -193,13 +193,6 @@ class SegmentBuilder:
         part[ORIGIN] = part[START] if origin is None else origin
         self.parts.append(part)
 
-    def add_table(self, data: np.ndarray) -> None:
-        """Segments already laid out as rows (:data:`FIELDS`, or without ``ORIGIN``: ``origin = start``)."""
-        if data.shape[0] == len(FIELDS):
-            self.parts.append(data)
-        else:
-            self.add(data[START], data[T0], data[HW0], data[WIDTH], data[IS_TEXT])
-
     def text(self, start: int | np.ndarray, base: object, origin: object = None) -> None:
         """Text-like runs from ``start``: ``base + o`` on all rows, ``o`` counted from ``origin``."""
         self.add(start, base, base, 1, 1, origin)

@@ -282,11 +282,6 @@ class Family:
             return np.zeros((3, 0), dtype=np.int64), placed.delta
         return render_all(build_segments(placed, inputs.length)), placed.delta
 
-    def stream_segments(self, inputs: RequestInputs) -> tuple[SegmentTable, np.ndarray]:
-        """The segment table of a stream and each row's delta."""
-        placed = self.place_stream(inputs)
-        return build_segments(placed, inputs.length), placed.delta
-
     def segments(
         self,
         input_ids: ArrayLike,

@@ -38,13 +38,13 @@ import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
 from .._backends import to_numpy
+from ..core import COMPATS
 from ..families import Family, family_of
 
 __all__ = ["MRopeRopeIndex", "installed_compat", "is_patched", "patch", "rope_index", "unpatch"]
 
 #: the first transformers release whose text after a vision block resumes at ``base + max(H', W')``
 TRANSFORMERS_CONVENTION_SINCE = (5, 3)
-COMPATS = ("vllm", "transformers")
 # transformers' names of the per-video seconds (VLMs, Omni thinkers) and of the Omni audio inputs
 _SECONDS_NAMES = ("second_per_grid_ts", "second_per_grids")
 _AUDIO_NAMES = ("audio_seqlens", "use_audio_in_video")
