@@ -224,6 +224,13 @@ def _build_frame_times(frames: int, _: type, interval: np.floating, rounding: in
     return temporal_index(workspace.range(frames), interval, rounding)
 
 
+def text_advance(extent: Any, hw_extent: Any, compat: str) -> Any:
+    """Where text resumes after a grid block, counted from its base: the block's ``extent`` (``max(block)
+    + 1``: ``"vllm"``) or ``max(H', W')`` (``"transformers"``), of ints or arrays alike. The one place
+    the two conventions differ (see the module docstring)."""
+    return extent if compat == "vllm" else hw_extent
+
+
 def place(
     blocks: Blocks | ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndarray, compat: str
 ) -> Placed:
@@ -241,7 +248,7 @@ def place(
     hw_extent = np.maximum(blocks.height, blocks.width)
     # how far a block reaches past its base on any axis (scaled time may reach past h and w)
     extent = np.maximum(temporal_index(blocks.frames - 1, blocks.interval, blocks.rounding) + 1, hw_extent)
-    advance = extent if compat == "vllm" else hw_extent
+    advance = text_advance(extent, hw_extent, compat)
     shift = np.zeros(start.size + 1, dtype=np.int64)
     np.cumsum(advance - blocks.num_tokens, out=shift[1:])
     row = row_starts.searchsorted(start, side="right") - 1
@@ -326,7 +333,6 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
     for a few blocks: numpy costs more per call than this loop); tests compare the two."""
     placed = []
     shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
-    vllm = compat == "vllm"
     for start, frames, height, width, interval, rounding in rows:
         num_tokens = frames * height * width
         base = start + shift
@@ -338,7 +344,7 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
             extent = max(int(t[-1]) + 1, height, width)
         if base + extent > reach:
             reach = base + extent - 1
-        shift += (extent if vllm else max(height, width)) - num_tokens
+        shift += text_advance(extent, height if height > width else width, compat) - num_tokens
         placed.append((start, start + num_tokens, base, frames, height, width, t))
     last = length - 1 + shift
     delta = (last if last > reach else reach) + 1 - length
