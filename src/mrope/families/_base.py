@@ -573,17 +573,15 @@ class Family:
                 arr if arr.dtype == np.float64 else arr.astype(np.float64), _dtype_of(seconds, arr)
             )
             given = checked.values.tolist()
-            # one value per video: a Python pass (NaN fails ``0 <= x``)
-            bad = next((i for i, x in enumerate(given) if not 0 <= x <= MAX_POSITION), None)
-            if bad is not None:
-                x = given[bad]
-                rule = (
-                    "must be finite and >= 0" if not 0 <= x < math.inf else f"must be at most {MAX_POSITION}"
-                )
-                raise MRopeError(f"second_per_grid_ts[{bad}] = {x}: {rule}")
+            for i, x in enumerate(given):  # one value per video: a Python pass (NaN fails ``0 <= x``)
+                if not 0 <= x <= MAX_POSITION:
+                    finite = 0 <= x < math.inf
+                    rule = f"must be at most {MAX_POSITION}" if finite else "must be finite and >= 0"
+                    raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
             temporal, rate = self.video_temporal_merge, self.time_rate
-            for i, (t, x) in enumerate(zip(videos[:, 0].tolist(), given or [1.0] * len(videos), strict=True)):
+            given = given or [1.0] * len(videos)
+            for i, ((t, _, _), x) in enumerate(zip(videos.tolist(), given, strict=True)):
                 if (t // temporal - 1) * x * rate > MAX_POSITION:
                     raise MRopeError(
                         f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "
