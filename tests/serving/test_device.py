@@ -246,3 +246,66 @@ def test_cuda_graph_after_freeze_follows_admissions() -> None:
         table.add(2, q25, big.input_ids, **big.kwargs())
     assert 2 not in table
     table.check()
+
+
+def _churn(table: PositionTable, device: str | torch.device, cycles: int) -> None:
+    """Admissions and removals between device steps; each step equals the host path's."""
+    q25 = family("qwen2_5_vl")
+    prompts = [
+        build_prompt(q25, [text(2 + k), Video(2 + k % 3, 2, 2), text(1), Image(1, 2), text(k % 4)], [0.7])
+        for k in range(5)
+    ]
+    for cycle in range(cycles):
+        slot = cycle % 3
+        if slot in table:
+            table.remove(slot)
+        prompt = prompts[cycle % len(prompts)]
+        table.add(slot, q25, prompt.input_ids, **prompt.kwargs())
+        live = [s for s in range(3) if s in table]
+        step = (live, [0] * len(live), [table.prompt_length(s) for s in live])
+        num = sum(step[2])
+        expected = np.zeros((3, num), dtype=np.int64)
+        table.fill(expected, *(np.array(a) for a in step))
+        out = torch.zeros((3, num), dtype=torch.int64, device=device)
+        table.fill(out, *(torch.tensor(a, device=device) for a in step), num_tokens=num)
+        np.testing.assert_array_equal(out.cpu().numpy(), expected, err_msg=f"cycle {cycle}")
+    table.check()
+
+
+def test_staging_ring_wraps_and_grows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admissions reach the device copy through the staging ring: with a ring smaller than one
+    admission (it grows) and then a few admissions (it wraps), every device step equals the host's."""
+    from mrope.serving import device as device_module
+
+    monkeypatch.setattr(device_module.Staging, "MIN_BYTES", 64)
+    table = PositionTable(3, device=torch.device("cpu"))
+    _churn(table, "cpu", 40)
+    staging = table._device._staging
+    size = staging.buffer.shape[0]
+    assert size > 64  # grew to hold an admission (and the whole pool after a compaction)
+    heads = set()
+    for _ in range(40):  # each admission stages ~1 KB: the ring of a few KB wraps several times
+        _churn(table, "cpu", 1)
+        heads.add(staging.head)
+    assert staging.buffer.shape[0] == size and min(heads) < size // 4  # reused from its start, not grown
+
+
+@cuda
+def test_cuda_admission_does_not_sync() -> None:
+    """On CUDA an admission's copy is asynchronous (pinned staging): adds and removes pass
+    ``set_sync_debug_mode("error")``, and the steps after them equal the host path's, also when the
+    host state changes again before the copies have run (the ring holds their snapshot)."""
+    table, prompts = _table("cuda")
+    q25 = family("qwen2_5_vl")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(10):
+            table.remove(0)
+            table.add(0, q25, prompts[0].input_ids, **prompts[0].kwargs())
+            table.add(2, q25, text(9))
+            table.remove(2)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert table._device._staging.buffer.is_pinned()
+    _churn(table, "cuda", 60)
