@@ -15,7 +15,12 @@ What the offset points at (vLLM 0.32's processors, checked against their ``_get_
   placeholder token (the replacement is the pad tokens only; ``vision_start`` lies before it);
 - Qwen3-VL and its kin (Qwen3.5, Cosmos3, Qwen4-Exp): the first timestamp token of the video's first
   frame (the replacement is, per frame, timestamp text, ``vision_start``, pads, ``vision_end``);
-- GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``.
+- GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``;
+- Keye-VL: the video's first placeholder token (its frames adjacent); Keye-VL-1.5: the frame token
+  before the first frame (per frame: frame token, timestamp text, pads), its ``video_grid_thw`` one row
+  per frame, each row taken as a video of its own (:func:`row_offsets`).
+
+MiniCPM-V 4.6 and Qwen3-ASR position every token in order: their items give no inputs.
 
 These are the offsets :meth:`mrope.Family.positions` takes (see its ``image_offsets`` and
 ``video_offsets``); the frame families find the frames in the prompt and check them against the offsets.
@@ -33,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import int_list
+from .._backends import int_list, to_grid_array
 from .._errors import MRopeError
 from ..families import Family
 
@@ -107,6 +112,8 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     reason = unsupported_reason(family)
     if reason is not None:
         raise MRopeError(reason)
+    if not family.places_items:  # every token in order (MiniCPM-V 4.6, Qwen3-ASR): items give nothing
+        return {}
     images: list[list[int]] = []
     videos: list[list[int]] = []
     seconds: list[float] = []
@@ -125,11 +132,18 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
             images.append(_grid(data, "image_grid_thw", offset))
             image_offsets.append(offset)
         elif modality == "video":
-            videos.append(_grid(data, "video_grid_thw", offset))
-            video_offsets.append(offset)
+            elem = data.get("video_grid_thw")
+            rows = None if elem is None or getattr(elem.data, "ndim", 1) == 1 else elem.data
+            if rows is None:
+                videos.append(_grid(data, "video_grid_thw", offset))
+                video_offsets.append(offset)
+            else:  # one row per run of equal frames (Keye-VL-1.5's slow and fast frames)
+                grids = to_grid_array(rows, name=f"the feature at offset {offset}'s video_grid_thw")
+                videos += grids.tolist()
+                video_offsets += row_offsets(feature.mm_position, grids, family.spatial_merge_size)
             video_ranges.append(feature.mm_position)
             elem = data.get("second_per_grid_ts")
-            seconds.append(1.0 if elem is None else float(elem.data))
+            seconds += [1.0 if elem is None else float(elem.data)] * (1 if rows is None else len(rows))
         else:
             raise MRopeError(
                 f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
@@ -171,6 +185,21 @@ def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:
         starts.append(np.flatnonzero(first) + placeholder.offset)
     frames = np.concatenate(starts) if len(starts) > 1 else starts[0]
     return frames if frames.shape[0] == num_frames else None
+
+
+def row_offsets(placeholder: Any, grids: np.ndarray, merge: int) -> list[int]:
+    """Where each grid row of a video given as several rows (a run of equal frames each) starts: the
+    item's offset for the first, then each row's first frame, from the ``is_embed`` runs where the
+    range has them, else right after the row before it (adjacent frames)."""
+    tokens = grids[:, 0] * (grids[:, 1] // merge) * (grids[:, 2] // merge)
+    first_frame = np.cumsum(grids[:, 0]) - grids[:, 0]
+    frames = frame_offsets([placeholder], int(grids[:, 0].sum()))
+    if frames is None:
+        starts = placeholder.offset + np.cumsum(tokens) - tokens
+    else:
+        starts = frames[first_frame]
+    starts[0] = placeholder.offset
+    return starts.tolist()
 
 
 def _offset(feature: Any) -> int:
