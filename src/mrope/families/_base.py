@@ -182,7 +182,8 @@ class Family:
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
-        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}, {shown})"
+        shown = f", {shown}" if shown else ""
+        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}{shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
     def parse(self, inputs: RequestInputs) -> Blocks | ItemBlocks:

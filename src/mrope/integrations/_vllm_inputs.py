@@ -156,6 +156,8 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     }
     if family.video_frames_in_prompt and videos:
         frames = frame_offsets(video_ranges, sum(grid[0] for grid in videos))
+        if frames is None:
+            frames = adjacent_frames(video_ranges, video_offsets, videos, family.spatial_merge_size)
         if frames is not None:
             inputs["frame_offsets"] = frames
     if family.uses_second_per_grid_ts:
@@ -185,6 +187,21 @@ def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:
         starts.append(np.flatnonzero(first) + placeholder.offset)
     frames = np.concatenate(starts) if len(starts) > 1 else starts[0]
     return frames if frames.shape[0] == num_frames else None
+
+
+def adjacent_frames(
+    ranges: Sequence[Any], offsets: list[int], videos: list[list[int]], merge: int
+) -> np.ndarray | None:
+    """Where each video frame's placeholders start when every video's range holds its frames' tokens
+    only (Keye-VL: the frames adjacent, no text between them): video ``i``'s frame ``k`` at
+    ``offsets[i] + k * H' * W'``. None where a range holds more (the family finds the frames)."""
+    grids = np.array(videos, dtype=np.int64)
+    plane = (grids[:, 1] // merge) * (grids[:, 2] // merge)
+    if sum(r.length for r in ranges) != int((grids[:, 0] * plane).sum()):
+        return None
+    count = grids[:, 0]
+    frame = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(np.array(offsets, dtype=np.int64), count) + frame * np.repeat(plane, count)
 
 
 def row_offsets(placeholder: Any, grids: np.ndarray, merge: int) -> list[int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,8 @@ torch = require_module("torch")
 if not vllm.__version__.startswith("0.32."):
     pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
 
-from transformers import AutoConfig  # noqa: E402
+from transformers import AutoConfig, PretrainedConfig  # noqa: E402
+from vllm.transformers_utils.configs import BailingMoeV3VLConfig, Qwen3ASRConfig  # noqa: E402
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
@@ -60,7 +62,11 @@ class Case:
     """A model vLLM serves with M-RoPE: its module and class, config, and how its processor lays out
     items (``"qwen2"``: pads between vision markers; ``"qwen3"``: a video is per frame timestamp text,
     vision_start, pads, vision_end; ``"glm"``: begin_of_video, per frame image block and timestamp,
-    end_of_video; ``"ernie"``: pads only, a video's pads being the image token)."""
+    end_of_video; ``"ernie"``: pads only, a video's pads being the image token; ``"keye1_5"``: a video is, per frame,
+    a frame token, timestamp text, then the frame's pads, fast frames smaller and between fast markers,
+    one grid row per frame; ``"sequential"``: placeholders of any size with no grid (MiniCPM-V 4.6);
+    ``"audio"``: audio placeholders between audio markers (Qwen3-ASR)). ``config`` builds a remote-code
+    config (default: transformers' ``AutoConfig.for_model``)."""
 
     model_type: str
     module: str
@@ -69,6 +75,26 @@ class Case:
     videos: bool = True
     scales_time: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
+    config: Callable[[], Any] | None = None
+
+
+# token ids of the remote-code configs below (Qwen2-VL's, as their checkpoints use)
+IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
+# Keye-VL-1.5's frame token and fast-frame markers (text to the positions)
+FRAME, FAST_START, FAST_END = 151657, 151658, 151659
+AUDIO_START, AUDIO_END = 151669, 151670
+
+
+def keye_config(architecture: str) -> Any:
+    """A Keye-VL (or -1.5) config as its remote code holds it: what vLLM and mrope read."""
+    return PretrainedConfig(
+        architectures=[architecture],
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        vision_config=PretrainedConfig(spatial_merge_size=2),
+    )
 
 
 CASES = {
@@ -96,6 +122,30 @@ CASES = {
         Case("glm4v_moe", "glm4_1v", "Glm4vMoeForConditionalGeneration", "glm"),
         Case("glm_ocr", "glm_ocr", "GlmOcrForConditionalGeneration", "glm"),
         Case("ernie4_5_vl_moe", "ernie45_vl", "Ernie4_5_VLMoeForConditionalGeneration", "ernie"),
+        Case(
+            "keye",
+            "keye",
+            "KeyeForConditionalGeneration",
+            "qwen2",
+            config=lambda: keye_config("KeyeForConditionalGeneration"),
+        ),
+        Case(
+            "keye_vl1_5",
+            "keye_vl1_5",
+            "KeyeVL1_5ForConditionalGeneration",
+            "keye1_5",
+            config=lambda: keye_config("KeyeVL1_5ForConditionalGeneration"),
+        ),
+        Case(
+            "bailing_moe_v3_vl",
+            "bailing_moe_v3_vl",
+            "BailingMoeV3VLForConditionalGeneration",
+            "qwen2",
+            videos=False,
+            config=BailingMoeV3VLConfig,
+        ),
+        Case("minicpmv4_6", "minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration", "sequential"),
+        Case("qwen3_asr", "qwen3_asr", "Qwen3ASRForConditionalGeneration", "audio", config=Qwen3ASRConfig),
     ]
 }
 
@@ -121,7 +171,7 @@ def setup_of(model_type: str) -> Setup:
     if model_type not in _SETUPS:
         case = CASES[model_type]
         vision = {"vision_config": case.overrides} if case.overrides else {}
-        config = AutoConfig.for_model(model_type, **vision)
+        config = case.config() if case.config else AutoConfig.for_model(model_type, **vision)
         cls = getattr(importlib.import_module(f"vllm.model_executor.models.{case.module}"), case.cls)
         model = object.__new__(cls)  # the methods read only ``self.config``
         model.__dict__["config"] = config
@@ -134,9 +184,8 @@ def setup_of(model_type: str) -> Setup:
             config.temporal_conv_size = temporal
             overrides["video_token_id"] = config.image_token_id
         family = mrope.from_config(config, **VLLM_SETTINGS, **overrides)
-        _SETUPS[model_type] = Setup(
-            case, config, model, family, config.vision_config.spatial_merge_size, temporal
-        )
+        merge = getattr(getattr(config, "vision_config", None), "spatial_merge_size", 1)
+        _SETUPS[model_type] = Setup(case, config, model, family, merge, temporal)
     return _SETUPS[model_type]
 
 
@@ -148,7 +197,7 @@ class Request:
 
     def describe(self) -> str:
         items = [
-            (f.modality, f.mm_position.offset, f.data[f"{f.modality}_grid_thw"].data.tolist())
+            (f.modality, f.mm_position.offset, {k: e.data.tolist() for k, e in f.data.items()})
             for f in self.features
         ]
         return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
@@ -169,7 +218,15 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
     ids += text()
     for _ in range(draw(st.integers(0, max_items))):
         h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-        if not case.videos or draw(st.booleans()):  # an image
+        if case.layout in ("sequential", "audio"):  # placeholders without a grid, positioned as text
+            n = draw(st.integers(1, 12))
+            modality = "audio" if case.layout == "audio" else draw(st.sampled_from(["image", "video"]))
+            ids.append(AUDIO_START if case.layout == "audio" else START)
+            data = {"audio_feature_lengths": torch.tensor(8 * n)} if modality == "audio" else {}
+            features.append(_feature(modality, len(ids), n, data))
+            ids += [7] * n  # (neither family reads the placeholder id)
+            ids.append(AUDIO_END if case.layout == "audio" else END)
+        elif not case.videos or draw(st.booleans()):  # an image
             n = h * w
             grid = torch.tensor([1, h * m, w * m])
             if case.layout == "glm":
@@ -212,6 +269,20 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
                 features.append(_feature("video", start, len(ids) - start, data, embed))
                 if outer:
                     ids.append(cfg.vision_end_token_id)
+            elif case.layout == "keye1_5":  # per frame: frame token, timestamp, pads (fast: smaller)
+                ids.append(cfg.vision_start_token_id)
+                start = len(ids)
+                rows = []
+                for _ in range(frames):
+                    fast = draw(st.booleans())
+                    fh, fw = (1, draw(st.integers(1, 2))) if fast else (h, w)
+                    ids += [FRAME] + text(0, 3) + [FAST_START] * fast + [cfg.video_token_id] * (fh * fw)
+                    ids += [FAST_END] * fast
+                    rows.append([1, fh * m, fw * m])
+                data["video_grid_thw"] = torch.tensor(rows)
+                embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+                ids.append(cfg.vision_end_token_id)
             else:  # glm
                 start = len(ids)
                 ids.append(cfg.video_start_token_id)
