@@ -211,10 +211,7 @@ def row_offsets(placeholder: Any, grids: np.ndarray, merge: int) -> list[int]:
     tokens = grids[:, 0] * (grids[:, 1] // merge) * (grids[:, 2] // merge)
     first_frame = np.cumsum(grids[:, 0]) - grids[:, 0]
     frames = frame_offsets([placeholder], int(grids[:, 0].sum()))
-    if frames is None:
-        starts = placeholder.offset + np.cumsum(tokens) - tokens
-    else:
-        starts = frames[first_frame]
+    starts = placeholder.offset + np.cumsum(tokens) - tokens if frames is None else frames[first_frame]
     starts[0] = placeholder.offset
     return starts.tolist()
 

@@ -19,11 +19,12 @@ import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _peers import require_module
@@ -62,11 +63,11 @@ class Case:
     """A model vLLM serves with M-RoPE: its module and class, config, and how its processor lays out
     items (``"qwen2"``: pads between vision markers; ``"qwen3"``: a video is per frame timestamp text,
     vision_start, pads, vision_end; ``"glm"``: begin_of_video, per frame image block and timestamp,
-    end_of_video; ``"ernie"``: pads only, a video's pads being the image token; ``"keye1_5"``: a video is, per frame,
-    a frame token, timestamp text, then the frame's pads, fast frames smaller and between fast markers,
-    one grid row per frame; ``"sequential"``: placeholders of any size with no grid (MiniCPM-V 4.6);
-    ``"audio"``: audio placeholders between audio markers (Qwen3-ASR)). ``config`` builds a remote-code
-    config (default: transformers' ``AutoConfig.for_model``)."""
+    end_of_video; ``"ernie"``: pads only, a video's pads being the image token; ``"keye1_5"``: a video
+    is, per frame, a frame token, timestamp text, then the frame's pads, fast frames smaller and between
+    fast markers, one grid row per frame; ``"sequential"``: placeholders of any size with no grid
+    (MiniCPM-V 4.6); ``"audio"``: audio placeholders between audio markers (Qwen3-ASR)). ``config``
+    builds a remote-code config (default: transformers' ``AutoConfig.for_model``)."""
 
     model_type: str
     module: str
@@ -380,3 +381,72 @@ def test_features_without_data_are_refused():
     audio = _feature("audio", 3, 4, {"audio_feature_lengths": torch.tensor(40)})
     with pytest.raises(MRopeError, match="qwen2_vl has no M-RoPE rule for a 'audio' feature"):
         inputs_from_mm_features(setup.family, [audio])
+
+
+# -- the models added for issue 19: served by the V1 runner, refused where vLLM refuses ---------------
+NEW_MODELS = ["keye", "keye_vl1_5", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr"]
+
+
+class _Runner:
+    """The parts of vLLM's V1 model runner that the plugin's runner state reads at admission."""
+
+    def __init__(self, config: Any, max_num_reqs: int = 4, max_num_tokens: int = 512) -> None:
+        self.model_config = SimpleNamespace(hf_config=config, mrope_num_dims=3)
+        self.input_batch = SimpleNamespace(
+            max_num_reqs=max_num_reqs,
+            num_computed_tokens_cpu=np.zeros(max_num_reqs, dtype=np.int32),
+            req_id_to_index={},
+        )
+        self.mrope_positions = SimpleNamespace(np=np.zeros((3, max_num_tokens + 1), dtype=np.int64))
+        self.requests: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("model_type", NEW_MODELS)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_the_v1_runner_serves_them(model_type, data):
+    # the runner's family comes from the config vLLM hands it (remote code: found by architecture),
+    # and an admitted request's table row equals vLLM's positions, prompt and decode
+    from mrope.integrations import vllm as plugin
+
+    setup = setup_of(model_type)
+    request = data.draw(requests(setup), label="request")
+    state = plugin._runner_state(_Runner(setup.config))
+    assert state.active and type(state.family) is type(setup.family), plugin.stats()
+    req_state = SimpleNamespace(
+        req_id="r0", prompt_token_ids=request.ids, mm_features=request.features, prompt_embeds=None
+    )
+    state.admit(req_state)
+    expected, delta = setup.vllm_positions(request.ids, request.features)
+    length = len(request.ids)
+    out = np.zeros((3, length + 2), dtype=np.int64)
+    state.table.fill(out, np.array([state.slot_of["r0"]]), np.array([0]), np.array([length + 2]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=request.describe())
+    np.testing.assert_array_equal(
+        out[:, length:], np.broadcast_to(np.arange(length, length + 2) + delta, (3, 2))
+    )
+
+
+def _refused(setup: Setup, request: Request) -> None:
+    """vLLM's own code refuses the request (an exception of any kind), and mrope with an MRopeError."""
+    with pytest.raises(Exception):  # noqa: B017 (vLLM raises ValueError, AssertionError or RuntimeError)
+        setup.vllm_positions(request.ids, request.features)
+    with pytest.raises(MRopeError):
+        setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
+
+
+def test_bailing_refuses_videos_and_images_of_several_frames():
+    setup = setup_of("bailing_moe_v3_vl")
+    video = {"video_grid_thw": torch.tensor([1, 2, 2])}
+    _refused(setup, Request([1000, VIDEO, 1001], [_feature("video", 1, 1, video)]))
+    image = {"image_grid_thw": torch.tensor([2, 2, 2])}
+    _refused(setup, Request([1000, IMAGE, IMAGE, 1001], [_feature("image", 1, 2, image)]))
+
+
+def test_keye_vl1_5_refuses_frames_that_do_not_match_the_grid():
+    # three frame rows, two frames in the prompt
+    setup = setup_of("keye_vl1_5")
+    ids = [1000, FRAME, VIDEO, FRAME, VIDEO, 1001]
+    embed = torch.tensor([t == VIDEO for t in ids[1:5]])
+    grid = {"video_grid_thw": torch.tensor([[1, 2, 2]] * 3)}
+    _refused(setup, Request(ids, [_feature("video", 1, 4, grid, embed)]))
