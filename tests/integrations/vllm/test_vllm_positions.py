@@ -450,3 +450,73 @@ def test_keye_vl1_5_refuses_frames_that_do_not_match_the_grid():
     embed = torch.tensor([t == VIDEO for t in ids[1:5]])
     grid = {"video_grid_thw": torch.tensor([[1, 2, 2]] * 3)}
     _refused(setup, Request(ids, [_feature("video", 1, 4, grid, embed)]))
+
+
+# -- coverage: every M-RoPE model class of vLLM is served or listed with the reason -------------------
+_QWEN_KIN = (
+    "inherits {rule}'s rule, but mrope has no family for its config's model_type, so vLLM's own path "
+    "serves it (its model code was not audited)"
+)
+VLLM_UNSUPPORTED = {
+    "qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
+    "transformers' (which mrope implements): see _vllm_inputs.unsupported_reason",
+    "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
+    "transformers' (integer positions): see _vllm_inputs.unsupported_reason",
+    "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
+    "isaac:IsaacForConditionalGeneration": "its h and w rows are not offset by the block's start (t is), "
+    "and text after the last image resumes at start + 1 but between images at max(block) + 1: no "
+    "family places blocks so",
+    "openpangu_vl:OpenPanguVLForConditionalGeneration": "not yet written: a video is frames joined by two "
+    "separator tokens (its own stride), within one placeholder range",
+    "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
+    "per-marker positions), out of this family set",
+    "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
+    "colqwen3:ColQwen3Model": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "colqwen3_5:ColQwen3_5Model": _QWEN_KIN.format(rule="Qwen3.5"),
+    "cosmos3:Cosmos3ForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "exaone4_5:Exaone4_5_ForConditionalGeneration": _QWEN_KIN.format(rule="Qwen2.5-VL"),
+    "interns1_pro:InternS1ProForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "interns2_preview:InternS2PreviewForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3.5"),
+    "interns2_mobius:InternS2MobiusForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3.5"),
+    "interns2_mobius:InternS2MobiusForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5ForCausalLMBase": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5ForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5MoeForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "jina_vl:JinaVLForSequenceClassification": _QWEN_KIN.format(rule="Qwen2-VL"),
+    "opencua:OpenCUAForConditionalGeneration": _QWEN_KIN.format(rule="Qwen2.5-VL"),
+    "qwen3_asr_forced_aligner:Qwen3ASRForcedAlignerForTokenClassification": _QWEN_KIN.format(
+        rule="Qwen3-ASR"
+    ),
+    "qwen3_asr_realtime:Qwen3ASRRealtimeGeneration": _QWEN_KIN.format(rule="Qwen3-ASR"),
+}
+
+
+def vllm_mrope_classes() -> set[str]:
+    """``module:Class`` of every model class in vLLM's models that is ``SupportsMRoPE``: declared so,
+    or a subclass (by name, across modules) of one that is. Read from the sources, nothing imported."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(vllm.__file__).parent / "model_executor" / "models"
+    bases: dict[str, tuple[str, set[str]]] = {}
+    for path in root.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = (path.stem, {ast.unparse(b).split(".")[-1] for b in node.bases})
+    found = {name for name, (_, b) in bases.items() if "SupportsMRoPE" in b}
+    while more := {name for name, (_, b) in bases.items() if name not in found and b & found}:
+        found |= more
+    return {f"{bases[name][0]}:{name}" for name in found}
+
+
+def test_every_vllm_mrope_model_is_served_or_listed():
+    shipped = vllm_mrope_classes()
+    assert len(shipped) >= 21, sorted(shipped)
+    served = {f"{case.module}:{case.cls}" for case in CASES.values()}
+    missing = shipped - served - set(VLLM_UNSUPPORTED)
+    assert not missing, f"vLLM M-RoPE models that mrope neither serves nor lists: {sorted(missing)}"
+    assert not served & set(VLLM_UNSUPPORTED), "listed as unsupported but served"
+    gone = (served | set(VLLM_UNSUPPORTED)) - shipped
+    assert not gone, f"no longer M-RoPE models of vLLM: {sorted(gone)}"
+    for case in CASES.values():  # and the plugin's family choice serves every one of them
+        assert case.model_type in mrope.supported_model_types()
