@@ -16,6 +16,7 @@ from .glm4v import Glm4V
 from .glm46v import Glm46V
 from .inputs import ArrayLike, RequestInputs
 from .keye import Keye
+from .openpangu_vl import OpenPanguVL
 from .paddleocr_vl import PaddleOCRVL
 from .qwen2_5_omni import Qwen2_5Omni
 from .qwen2_5_vl import Qwen2_5_VL
@@ -39,6 +40,7 @@ FAMILIES: tuple[type[Family], ...] = (
     Qwen2_5Omni,
     Qwen3Omni,
     Keye,
+    OpenPanguVL,
     BailingMoeV3VL,
     Sequential,
 )
@@ -73,7 +75,7 @@ def from_config(
     config : transformers ``PretrainedConfig`` or its ``to_dict()``; a config that nests a
         ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni, Qwen3-ASR) is read from its thinker. A remote-code
         config whose ``model_type`` is not registered is found by its ``architectures``
-        (:data:`ARCHITECTURES`: Keye-VL, Keye-VL-1.5).
+        (:data:`ARCHITECTURES`: Keye-VL, Keye-VL-1.5, OpenPangu-VL).
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
         (see the README's conventions) and, for Qwen2.5-VL, the arithmetic of its scaled video time.
     video_time : ``"float32"`` (default) or ``"float64"``: the arithmetic of scaled video time

@@ -164,6 +164,14 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
         _MODELS + "keye_vl1_5:KeyeVL1_5MultiModalProcessor._get_prompt_updates",
         _MODELS + "keye_vl1_5:_keye_field_config",
     ),
+    "openpangu_vl": (
+        _MODELS + "openpangu_vl:OpenPanguVLForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "openpangu_vl:OpenPanguVLForConditionalGeneration.iter_mm_grid_thw",
+        _MODELS + "openpangu_vl:OpenPanguVLMultiModalProcessor._get_prompt_updates",
+        _MODELS + "openpangu_vl:OpenPanguVLMultiModalProcessor._get_mm_fields_config",
+        _MODELS + "qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config",
+        _QWEN2_FIELDS,
+    ),
     "bailing_moe_v3_vl": (
         _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions",
         _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_mm_fields_config",
@@ -402,6 +410,16 @@ _RELEASE_0_32_0: dict[str, str | None] = {
     "vllm.model_executor.models.keye_vl1_5:_keye_field_config": (
         "ac9ce4c34256213ac109a68e70bc796c2bd8ac6c6e7a94d7d73fe2602c4bf2ca"
     ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "c96626c91eaf40d021a695c3f5abdce7c86a0b7a385d7ddaa7fad4e25d866198"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLForConditionalGeneration.iter_mm_grid_thw": (
+        "5b837449c2e542626aad9ce32a968bb274c5a54455aeb4ffb59062135e3b66cc"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLMultiModalProcessor._get_prompt_updates": (
+        "03e833490e49ab299da26669daaee18aeb5d2c5000a58af9dab9264e51927d27"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLMultiModalProcessor._get_mm_fields_config": None,
     "vllm.model_executor.models.bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
         "f0c993b4cc7bed7783b2cb28006b7b5a489032edd6850d7541a7b5a964017823"
     ),

@@ -65,7 +65,8 @@ class Case:
     vision_start, pads, vision_end; ``"glm"``: begin_of_video, per frame image block and timestamp,
     end_of_video; ``"ernie"``: pads only, a video's pads being the image token; ``"keye1_5"``: a video
     is, per frame, a frame token, timestamp text, then the frame's pads, fast frames smaller and between
-    fast markers, one grid row per frame; ``"sequential"``: placeholders of any size with no grid
+    fast markers, one grid row per frame; ``"pangu"``: a video's frames joined by vision_end,
+    vision_start inside the outer markers; ``"sequential"``: placeholders of any size with no grid
     (MiniCPM-V 4.6); ``"audio"``: audio placeholders between audio markers (Qwen3-ASR)). ``config``
     builds a remote-code config (default: transformers' ``AutoConfig.for_model``)."""
 
@@ -86,8 +87,8 @@ FRAME, FAST_START, FAST_END = 151657, 151658, 151659
 AUDIO_START, AUDIO_END = 151669, 151670
 
 
-def keye_config(architecture: str) -> Any:
-    """A Keye-VL (or -1.5) config as its remote code holds it: what vLLM and mrope read."""
+def remote_config(architecture: str) -> Any:
+    """A remote-code config (Keye-VL, Keye-VL-1.5, OpenPangu-VL): the fields vLLM and mrope read."""
     return PretrainedConfig(
         architectures=[architecture],
         image_token_id=IMAGE,
@@ -128,14 +129,21 @@ CASES = {
             "keye",
             "KeyeForConditionalGeneration",
             "qwen2",
-            config=lambda: keye_config("KeyeForConditionalGeneration"),
+            config=lambda: remote_config("KeyeForConditionalGeneration"),
         ),
         Case(
             "keye_vl1_5",
             "keye_vl1_5",
             "KeyeVL1_5ForConditionalGeneration",
             "keye1_5",
-            config=lambda: keye_config("KeyeVL1_5ForConditionalGeneration"),
+            config=lambda: remote_config("KeyeVL1_5ForConditionalGeneration"),
+        ),
+        Case(
+            "openpangu_vl",
+            "openpangu_vl",
+            "OpenPanguVLForConditionalGeneration",
+            "pangu",
+            config=lambda: remote_config("OpenPanguVLForConditionalGeneration"),
         ),
         Case(
             "bailing_moe_v3_vl",
@@ -270,6 +278,15 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
                 features.append(_feature("video", start, len(ids) - start, data, embed))
                 if outer:
                     ids.append(cfg.vision_end_token_id)
+            elif case.layout == "pangu":  # frames joined by end, start; the offset at the first pad
+                ids.append(cfg.vision_start_token_id)
+                start = len(ids)
+                for k in range(frames):
+                    ids += [cfg.vision_end_token_id, cfg.vision_start_token_id] * (k > 0)
+                    ids += [cfg.video_token_id] * plane
+                embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+                ids.append(cfg.vision_end_token_id)
             elif case.layout == "keye1_5":  # per frame: frame token, timestamp, pads (fast: smaller)
                 ids.append(cfg.vision_start_token_id)
                 start = len(ids)
@@ -384,7 +401,7 @@ def test_features_without_data_are_refused():
 
 
 # -- the models added for issue 19: served by the V1 runner, refused where vLLM refuses ---------------
-NEW_MODELS = ["keye", "keye_vl1_5", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr"]
+NEW_MODELS = ["keye", "keye_vl1_5", "openpangu_vl", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr"]
 
 
 class _Runner:
@@ -435,12 +452,16 @@ def _refused(setup: Setup, request: Request) -> None:
         setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
 
 
-def test_bailing_refuses_videos_and_images_of_several_frames():
+def test_bailing_refuses_videos():
     setup = setup_of("bailing_moe_v3_vl")
     video = {"video_grid_thw": torch.tensor([1, 2, 2])}
     _refused(setup, Request([1000, VIDEO, 1001], [_feature("video", 1, 1, video)]))
+
+
+@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "openpangu_vl"])
+def test_images_of_several_frames_are_refused(model_type):
     image = {"image_grid_thw": torch.tensor([2, 2, 2])}
-    _refused(setup, Request([1000, IMAGE, IMAGE, 1001], [_feature("image", 1, 2, image)]))
+    _refused(setup_of(model_type), Request([1000, IMAGE, IMAGE, 1001], [_feature("image", 1, 2, image)]))
 
 
 def test_keye_vl1_5_refuses_frames_that_do_not_match_the_grid():
@@ -466,8 +487,6 @@ VLLM_UNSUPPORTED = {
     "isaac:IsaacForConditionalGeneration": "its h and w rows are not offset by the block's start (t is), "
     "and text after the last image resumes at start + 1 but between images at max(block) + 1: no "
     "family places blocks so",
-    "openpangu_vl:OpenPanguVLForConditionalGeneration": "not yet written: a video is frames joined by two "
-    "separator tokens (its own stride), within one placeholder range",
     "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
     "per-marker positions), out of this family set",
     "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
