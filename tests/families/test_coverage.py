@@ -30,6 +30,7 @@ KNOWN_UNSUPPORTED = {
 VLLM_PEER_ONLY = {
     "keye": "remote-code config (found by architecture)",
     "keye_vl1_5": "remote-code config (found by architecture)",
+    "openpangu_vl": "remote-code config (found by architecture)",
     "bailing_moe_v3_vl": "vLLM's own config class",
     "minicpmv4_6": "transformers ships the model without a get_rope_index",
     "qwen3_asr": "transformers ships the model without a get_rope_index (1-D positions)",
