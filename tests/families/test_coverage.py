@@ -32,6 +32,7 @@ VLLM_PEER_ONLY = {
     "keye_vl1_5": "remote-code config (found by architecture)",
     "openpangu_vl": "remote-code config (found by architecture)",
     "bailing_moe_v3_vl": "vLLM's own config class",
+    "isaac": "vLLM's own config class",
     "minicpmv4_6": "transformers ships the model without a get_rope_index",
     "qwen3_asr": "transformers ships the model without a get_rope_index (1-D positions)",
     "qwen3_asr_thinker": "vLLM's config nests it in qwen3_asr",

@@ -1,4 +1,4 @@
-"""The families whose only peer is vLLM (Sequential, Keye, BailingMoeV3-VL): config reading and refused
+"""The families whose only peer is vLLM (Sequential, Keye, BailingMoeV3-VL, Isaac): config reading and refused
 inputs. Their positions are compared with vLLM's own code in
 tests/integrations/vllm/test_vllm_positions.py."""
 
@@ -64,3 +64,30 @@ def test_bailing_refuses_videos_and_images_of_several_frames():
         family.positions([151656] * 4, video_grid_thw=[[1, 4, 4]])
     with pytest.raises(MRopeError, match=r"image_grid_thw\[0\] = \(2, 2, 2\): .* has T = 1"):
         family.positions([151655] * 2, image_grid_thw=[[2, 2, 2]])
+
+
+def test_isaac_reads_its_merge_from_the_pixel_shuffle_and_names_the_missing_token_id():
+    config = {"model_type": "isaac", "vision_config": {"pixel_shuffle_scale_factor": 2}}
+    with pytest.raises(MRopeError, match="isaac needs the setting 'image_token_id'"):
+        mrope.from_config(config)
+    family = mrope.from_config(config, image_token_id=151655)
+    assert family.spatial_merge_size == 2
+    with pytest.raises(MRopeError, match="isaac has no video rule"):
+        family.positions([151656] * 4, video_grid_thw=[[1, 4, 4]])
+
+
+def test_isaac_rows_of_a_batch_are_placed_as_their_prompts():
+    # the batch path (every row scanned at once) against the one-prompt path, row by row
+    family = mrope.from_config(
+        {"model_type": "isaac", "vision_config": {"pixel_shuffle_scale_factor": 2}}, image_token_id=9
+    )
+    rows = [[1, 9, 9, 9, 9, 2, 9, 9, 3, 4], [9, 9, 5, 6, 7, 9, 9, 9, 9, 8]]
+    grids = [[[1, 4, 4], [1, 2, 4]], [[1, 2, 4], [1, 4, 4]]]
+    config = {**family.config, "image_token_id": 9}
+    positions, deltas = mrope.get_rope_index(
+        config, np.array(rows), image_grid_thw=np.concatenate(grids), attention_mask=np.ones((2, 10))
+    )
+    for r in range(2):
+        expected, delta = family.positions(rows[r], image_grid_thw=grids[r])
+        np.testing.assert_array_equal(positions[:, r], expected)
+        assert int(deltas[r, 0]) == delta

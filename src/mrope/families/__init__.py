@@ -15,6 +15,7 @@ from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
 from .inputs import ArrayLike, RequestInputs
+from .isaac import Isaac
 from .keye import Keye
 from .openpangu_vl import OpenPanguVL
 from .paddleocr_vl import PaddleOCRVL
@@ -42,6 +43,7 @@ FAMILIES: tuple[type[Family], ...] = (
     Keye,
     OpenPanguVL,
     BailingMoeV3VL,
+    Isaac,
     Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}

@@ -172,6 +172,12 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
         _MODELS + "qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config",
         _QWEN2_FIELDS,
     ),
+    "isaac": (
+        _MODELS + "isaac:IsaacForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "isaac:IsaacForConditionalGeneration.iter_mm_grid_hw",
+        _MODELS + "isaac:IsaacMultiModalProcessor._get_prompt_updates",
+        _MODELS + "isaac:IsaacMultiModalProcessor._get_mm_fields_config",
+    ),
     "bailing_moe_v3_vl": (
         _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions",
         _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_mm_fields_config",
@@ -420,6 +426,18 @@ _RELEASE_0_32_0: dict[str, str | None] = {
         "03e833490e49ab299da26669daaee18aeb5d2c5000a58af9dab9264e51927d27"
     ),
     "vllm.model_executor.models.openpangu_vl:OpenPanguVLMultiModalProcessor._get_mm_fields_config": None,
+    "vllm.model_executor.models.isaac:IsaacForConditionalGeneration.get_mrope_input_positions": (
+        "bf8c18e75ddb916da0c6d16f8c61ab6c8e17573356acb8e2b708fdb737f50049"
+    ),
+    "vllm.model_executor.models.isaac:IsaacForConditionalGeneration.iter_mm_grid_hw": (
+        "b2948f08840686945068ef0654dbf62e4a547c6da5ab99e6294a8feabc9e1bfe"
+    ),
+    "vllm.model_executor.models.isaac:IsaacMultiModalProcessor._get_prompt_updates": (
+        "e79507ee22498ea8227b89b8e46efbe85c425a1e5ad7cba804afde38cf46bd19"
+    ),
+    "vllm.model_executor.models.isaac:IsaacMultiModalProcessor._get_mm_fields_config": (
+        "1c4a9e9f6782d572c6fd322532c5915ac70504aa5fae17ac8b0cd282e8799851"
+    ),
     "vllm.model_executor.models.bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
         "f0c993b4cc7bed7783b2cb28006b7b5a489032edd6850d7541a7b5a964017823"
     ),

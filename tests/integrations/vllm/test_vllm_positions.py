@@ -35,7 +35,7 @@ if not vllm.__version__.startswith("0.32."):
     pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
 
 from transformers import AutoConfig, PretrainedConfig  # noqa: E402
-from vllm.transformers_utils.configs import BailingMoeV3VLConfig, Qwen3ASRConfig  # noqa: E402
+from vllm.transformers_utils.configs import BailingMoeV3VLConfig, IsaacConfig, Qwen3ASRConfig  # noqa: E402
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
@@ -153,6 +153,14 @@ CASES = {
             videos=False,
             config=BailingMoeV3VLConfig,
         ),
+        Case(
+            "isaac",
+            "isaac",
+            "IsaacForConditionalGeneration",
+            "isaac",
+            videos=False,
+            config=lambda: IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}),
+        ),
         Case("minicpmv4_6", "minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration", "sequential"),
         Case("qwen3_asr", "qwen3_asr", "Qwen3ASRForConditionalGeneration", "audio", config=Qwen3ASRConfig),
     ]
@@ -192,9 +200,10 @@ def setup_of(model_type: str) -> Setup:
             config.spatial_conv_size = config.vision_config.spatial_merge_size
             config.temporal_conv_size = temporal
             overrides["video_token_id"] = config.image_token_id
+        if case.layout == "isaac":  # its config does not hold the placeholder id (its processor's)
+            overrides["image_token_id"] = IMAGE
         family = mrope.from_config(config, **VLLM_SETTINGS, **overrides)
-        merge = getattr(getattr(config, "vision_config", None), "spatial_merge_size", 1)
-        _SETUPS[model_type] = Setup(case, config, model, family, merge, temporal)
+        _SETUPS[model_type] = Setup(case, config, model, family, family.spatial_merge_size, temporal)
     return _SETUPS[model_type]
 
 
@@ -240,13 +249,13 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
             grid = torch.tensor([1, h * m, w * m])
             if case.layout == "glm":
                 ids.append(cfg.image_start_token_id)
-            elif case.layout != "ernie":
+            elif case.layout not in ("ernie", "isaac"):  # (Isaac: the pads only)
                 ids.append(cfg.vision_start_token_id)
             features.append(_feature("image", len(ids), n, {"image_grid_thw": grid}))
-            ids += [cfg.image_token_id] * n
+            ids += [setup.family.image_token_id] * n
             if case.layout == "glm":
                 ids.append(cfg.image_end_token_id)
-            elif case.layout != "ernie":
+            elif case.layout not in ("ernie", "isaac"):
                 ids.append(cfg.vision_end_token_id)
         else:  # a video
             long = case.scales_time and draw(st.integers(0, 2)) == 0
@@ -452,13 +461,14 @@ def _refused(setup: Setup, request: Request) -> None:
         setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
 
 
-def test_bailing_refuses_videos():
-    setup = setup_of("bailing_moe_v3_vl")
+@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "isaac"])
+def test_videos_are_refused(model_type):
+    setup = setup_of(model_type)
     video = {"video_grid_thw": torch.tensor([1, 2, 2])}
     _refused(setup, Request([1000, VIDEO, 1001], [_feature("video", 1, 1, video)]))
 
 
-@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "openpangu_vl"])
+@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "openpangu_vl", "isaac"])
 def test_images_of_several_frames_are_refused(model_type):
     image = {"image_grid_thw": torch.tensor([2, 2, 2])}
     _refused(setup_of(model_type), Request([1000, IMAGE, IMAGE, 1001], [_feature("image", 1, 2, image)]))
@@ -484,9 +494,6 @@ VLLM_UNSUPPORTED = {
     "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
     "transformers' (integer positions): see _vllm_inputs.unsupported_reason",
     "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
-    "isaac:IsaacForConditionalGeneration": "its h and w rows are not offset by the block's start (t is), "
-    "and text after the last image resumes at start + 1 but between images at max(block) + 1: no "
-    "family places blocks so",
     "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
     "per-marker positions), out of this family set",
     "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
@@ -539,3 +546,14 @@ def test_every_vllm_mrope_model_is_served_or_listed():
     assert not gone, f"no longer M-RoPE models of vLLM: {sorted(gone)}"
     for case in CASES.values():  # and the plugin's family choice serves every one of them
         assert case.model_type in mrope.supported_model_types()
+
+
+def test_isaac_runners_keep_vllms_path_naming_the_missing_token_id():
+    # Isaac's config does not hold its placeholder id: the runner keeps vLLM's path and says why
+    from mrope.integrations import vllm as plugin
+
+    family, reason = plugin._served_family(_Runner(setup_of("isaac").config).model_config, pruning=False)
+    assert family is None and "isaac needs the setting 'image_token_id'" in reason
+    with_id = IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}, image_token_id=IMAGE)
+    family, reason = plugin._served_family(_Runner(with_id).model_config, pruning=False)
+    assert reason is None and family.model_type == "isaac"
