@@ -18,7 +18,9 @@ What the offset points at (vLLM 0.32's processors, checked against their ``_get_
 - GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``;
 - Keye-VL: the video's first placeholder token (its frames adjacent); Keye-VL-1.5: the frame token
   before the first frame (per frame: frame token, timestamp text, pads), its ``video_grid_thw`` one row
-  per frame, each row taken as a video of its own (:func:`row_offsets`).
+  per frame, each row taken as a video of its own (:func:`row_offsets`);
+- OpenPangu-VL: the first pad of the video's first frame (the frames joined by ``vision_end,
+  vision_start``).
 
 MiniCPM-V 4.6 and Qwen3-ASR position every token in order: their items give no inputs.
 
