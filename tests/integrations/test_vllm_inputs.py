@@ -73,3 +73,56 @@ def test_torch_float_grids_are_refused(family):
         inputs_from_mm_features(family, [feature("video", 0, video_grid_thw=torch.tensor([2.0, 4.0, 4.0]))])
     got = inputs_from_mm_features(family, [feature("video", 0, video_grid_thw=torch.tensor([2, 4, 4]))])
     np.testing.assert_array_equal(got["video_grid_thw"], [[2, 4, 4]])
+
+
+KEYE = {
+    "architectures": ["KeyeVL1_5ForConditionalGeneration"],
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_config": {"spatial_merge_size": 2},
+}
+VIDEO, FRAME = 151656, 151657
+
+
+def video_feature(offset: int, ids: list[int], grids: list[list[int]], is_embed: bool) -> SimpleNamespace:
+    """A video feature over ``ids[offset:]`` (to the end), with ``is_embed`` marking the video tokens."""
+    embed = [t == VIDEO for t in ids[offset:]] if is_embed else None
+    return SimpleNamespace(
+        modality="video",
+        mm_position=SimpleNamespace(offset=offset, length=len(ids) - offset, is_embed=embed),
+        data={"video_grid_thw": SimpleNamespace(data=np.array(grids))},
+    )
+
+
+def test_a_video_of_several_grid_rows_is_a_video_per_row():
+    # Keye-VL-1.5: one row per frame (frames differ in size), each after a frame token and timestamp
+    family = mrope.from_config(KEYE, **VLLM_SETTINGS)
+    grids = [[1, 4, 4], [1, 2, 4], [1, 4, 2]]
+    ids = [1, 2]
+    for _, h, w in grids:
+        ids += [FRAME, 7] + [VIDEO] * (h * w // 4)
+    got = inputs_from_mm_features(family, [video_feature(2, ids, grids, is_embed=True)])
+    np.testing.assert_array_equal(got["video_grid_thw"], grids)
+    pads = np.flatnonzero(np.array(ids) == VIDEO)
+    first_pads = pads[np.r_[True, np.diff(pads) > 1]]
+    assert got["video_offsets"] == [2, *first_pads[1:].tolist()]
+    np.testing.assert_array_equal(got["frame_offsets"], first_pads)
+    expected = family.positions(ids, video_grid_thw=grids)  # mrope finding the frames itself
+    positions, delta = family.positions(ids, **got)
+    np.testing.assert_array_equal(positions, expected[0])
+    assert delta == expected[1]
+
+
+def test_adjacent_frames_are_taken_from_the_offset():
+    # Keye-VL: the range holds the frames' tokens only (no is_embed): each frame follows the one before
+    family = mrope.from_config({**KEYE, "architectures": ["KeyeForConditionalGeneration"]}, **VLLM_SETTINGS)
+    ids = [1, 2] + [VIDEO] * 6
+    got = inputs_from_mm_features(family, [video_feature(2, ids, [3, 2, 4], is_embed=False)])
+    np.testing.assert_array_equal(got["frame_offsets"], [2, 4, 6])
+    expected = family.positions(ids, video_grid_thw=[[3, 2, 4]])
+    np.testing.assert_array_equal(family.positions(ids, **got)[0], expected[0])
+
+
+def test_items_of_a_family_that_positions_every_token_in_order_give_no_inputs():
+    family = mrope.from_config({"model_type": "minicpmv4_6"}, **VLLM_SETTINGS)
+    assert inputs_from_mm_features(family, [feature("image", 3, tgt_sizes=[4, 4])]) == {}

@@ -8,12 +8,16 @@ from typing import Any
 
 from .._errors import MRopeError
 from ._base import Family
+from .bailing_moe_v3_vl import BailingMoeV3VL
 from .cohere_compass import CohereCompass
 from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
 from .inputs import ArrayLike, RequestInputs
+from .isaac import Isaac
+from .keye import Keye
+from .openpangu_vl import OpenPanguVL
 from .paddleocr_vl import PaddleOCRVL
 from .qwen2_5_omni import Qwen2_5Omni
 from .qwen2_5_vl import Qwen2_5_VL
@@ -21,6 +25,7 @@ from .qwen2_vl import Qwen2VL
 from .qwen3_5 import Qwen3_5
 from .qwen3_omni import Qwen3Omni
 from .qwen3_vl import Qwen3VL
+from .sequential import Sequential
 
 FAMILIES: tuple[type[Family], ...] = (
     Qwen2VL,
@@ -35,8 +40,15 @@ FAMILIES: tuple[type[Family], ...] = (
     Ernie4_5_VL,
     Qwen2_5Omni,
     Qwen3Omni,
+    Keye,
+    OpenPanguVL,
+    BailingMoeV3VL,
+    Isaac,
+    Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
+#: remote-code configs (whose ``model_type`` varies) by architecture: the model type mrope gives them
+ARCHITECTURES: dict[str, str] = {arch: t for cls in FAMILIES for arch, t in cls.architectures.items()}
 # sub-configs that from_config descends into, in order, when the config has them
 NESTED_CONFIGS = ("thinker_config",)
 
@@ -63,7 +75,9 @@ def from_config(
     Parameters
     ----------
     config : transformers ``PretrainedConfig`` or its ``to_dict()``; a config that nests a
-        ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni) is read from its thinker.
+        ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni, Qwen3-ASR) is read from its thinker. A remote-code
+        config whose ``model_type`` is not registered is found by its ``architectures``
+        (:data:`ARCHITECTURES`: Keye-VL, Keye-VL-1.5, OpenPangu-VL).
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
         (see the README's conventions) and, for Qwen2.5-VL, the arithmetic of its scaled video time.
     video_time : ``"float32"`` (default) or ``"float64"``: the arithmetic of scaled video time
@@ -85,6 +99,9 @@ def from_config(
         if isinstance(cfg.get(key), Mapping):
             cfg = dict(cfg[key])
     model_type = cfg.get("model_type")
+    if model_type not in REGISTRY:  # a remote-code config: its architecture names the family
+        architectures = cfg.get("architectures") or ()
+        model_type = next((ARCHITECTURES[a] for a in architectures if a in ARCHITECTURES), model_type)
     cls = REGISTRY.get(model_type) if isinstance(model_type, str) else None
     if cls is None or not isinstance(model_type, str):
         raise MRopeError(
@@ -102,6 +119,7 @@ def from_config(
 
 
 __all__ = [
+    "ARCHITECTURES",
     "FAMILIES",
     "REGISTRY",
     "ArrayLike",

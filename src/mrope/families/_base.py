@@ -105,6 +105,12 @@ class Family:
     #: whether a video is one block per frame, the frames separated by timestamp text found in the prompt
     #: (Qwen3-VL, GLM-4.1V): such a family also takes ``frame_offsets``
     video_frames_in_prompt: ClassVar[bool] = False
+    #: whether the family places its items as blocks; False: every token, placeholders included, is
+    #: positioned as text (MiniCPM-V 4.6, Qwen3-ASR), and an engine's items give no inputs
+    places_items: ClassVar[bool] = True
+    #: the ``architectures`` of remote-code configs, whose ``model_type`` varies, and the model type
+    #: :func:`mrope.from_config` gives the family for each
+    architectures: ClassVar[dict[str, str]] = {}
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
 
@@ -176,7 +182,8 @@ class Family:
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
-        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}, {shown})"
+        shown = f", {shown}" if shown else ""
+        return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}{shown})"
 
     # -- the family-specific part -------------------------------------------------------------------
     def parse(self, inputs: RequestInputs) -> Blocks | ItemBlocks:

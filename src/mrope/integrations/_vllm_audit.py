@@ -93,6 +93,8 @@ _GLM4V = (
     _QWEN2_FIELDS,
 )
 
+_QWEN3_ASR = (_MODELS + "qwen3_asr:Qwen3ASRForConditionalGeneration.get_mrope_input_positions",)
+
 #: Per model type mrope serves in vLLM: vLLM's own position rule for it (whose output mrope
 #: reproduces), the field config (which fields survive ``strip_covered_mm_data``: the grids and video
 #: times are ``keep_on_cpu``) and the prompt updates (where a feature's offset points). A subclass's
@@ -146,6 +148,46 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
     "glm_ocr": (*_GLM4V, _MODELS + "glm_ocr:GlmOcrForConditionalGeneration.get_mrope_input_positions"),
     # GLM-4.6V (``glm46v`` configs) runs on the same classes as GLM-4.1V / GLM-4.5V
     "glm46v": (*_GLM4V, _MODELS + "glm4_1v:Glm4vMoeForConditionalGeneration.get_mrope_input_positions"),
+    "keye": (
+        _MODELS + "keye:KeyeForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "keye:KeyeForConditionalGeneration.iter_mm_grid_thw",
+        _MODELS + "keye:KeyeForConditionalGeneration._split_video_grid_thw",
+        _MODELS + "keye:KeyeMultiModalProcessor._get_mm_fields_config",
+        _MODELS + "keye:KeyeMultiModalProcessor._get_prompt_updates",
+        _MODELS + "keye:_keye_field_config",
+    ),
+    "keye_vl1_5": (
+        _MODELS + "keye_vl1_5:KeyeVL1_5ForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "keye_vl1_5:KeyeVL1_5ForConditionalGeneration.iter_mm_grid_thw",
+        _MODELS + "keye_vl1_5:split_thw",
+        _MODELS + "keye_vl1_5:KeyeVL1_5MultiModalProcessor._get_mm_fields_config",
+        _MODELS + "keye_vl1_5:KeyeVL1_5MultiModalProcessor._get_prompt_updates",
+        _MODELS + "keye_vl1_5:_keye_field_config",
+    ),
+    "openpangu_vl": (
+        _MODELS + "openpangu_vl:OpenPanguVLForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "openpangu_vl:OpenPanguVLForConditionalGeneration.iter_mm_grid_thw",
+        _MODELS + "openpangu_vl:OpenPanguVLMultiModalProcessor._get_prompt_updates",
+        _MODELS + "openpangu_vl:OpenPanguVLMultiModalProcessor._get_mm_fields_config",
+        _MODELS + "qwen2_5_vl:Qwen2_5_VLMultiModalProcessor._get_mm_fields_config",
+        _QWEN2_FIELDS,
+    ),
+    "isaac": (
+        _MODELS + "isaac:IsaacForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "isaac:IsaacForConditionalGeneration.iter_mm_grid_hw",
+        _MODELS + "isaac:IsaacMultiModalProcessor._get_prompt_updates",
+        _MODELS + "isaac:IsaacMultiModalProcessor._get_mm_fields_config",
+    ),
+    "bailing_moe_v3_vl": (
+        _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions",
+        _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_mm_fields_config",
+        _MODELS + "bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_prompt_updates",
+        _QWEN2_FIELDS,
+    ),
+    # every token in order: the position rule alone (the features give no inputs)
+    "minicpmv4_6": (_MODELS + "minicpmv4_6:MiniCPMV4_6ForConditionalGeneration.get_mrope_input_positions",),
+    "qwen3_asr": _QWEN3_ASR,
+    "qwen3_asr_thinker": _QWEN3_ASR,
 }
 
 #: Every audited target: the machinery, then each family's (once each). A release is accepted when all
@@ -338,6 +380,79 @@ _RELEASE_0_32_0: dict[str, str | None] = {
     ),
     "vllm.model_executor.models.glm4_1v:Glm4vMoeForConditionalGeneration.get_mrope_input_positions": None,
     "vllm.model_executor.models.glm_ocr:GlmOcrForConditionalGeneration.get_mrope_input_positions": None,
+    "vllm.model_executor.models.keye:KeyeForConditionalGeneration.get_mrope_input_positions": (
+        "297ceec548188a95822c155567aaf043eb304700aaea3a483854ebba9a66d5b0"
+    ),
+    "vllm.model_executor.models.keye:KeyeForConditionalGeneration.iter_mm_grid_thw": (
+        "48aeab75e05c6e1b1d2d851ba9c131071e7566aa51c28053165924c3334c71dc"
+    ),
+    "vllm.model_executor.models.keye:KeyeForConditionalGeneration._split_video_grid_thw": (
+        "99ceae372f747c14e577fd01ec3fab5f23a19d0d07a01418f64c488c55503e19"
+    ),
+    "vllm.model_executor.models.keye:KeyeMultiModalProcessor._get_mm_fields_config": (
+        "1c742f086c7b02c25a99c3a74717214bd2427abbe426c5219bcf081fdeef72ee"
+    ),
+    "vllm.model_executor.models.keye:KeyeMultiModalProcessor._get_prompt_updates": (
+        "dee9ebc133a971aaa5127266cece5aa81222ce545025c5a8423bcb0ed6d13eb9"
+    ),
+    "vllm.model_executor.models.keye:_keye_field_config": (
+        "51e3cdbb9689af15b6fe46d2d95d0d9a1966aa11d4aae13fcfdf801f16752dad"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:KeyeVL1_5ForConditionalGeneration.get_mrope_input_positions": (
+        "297ceec548188a95822c155567aaf043eb304700aaea3a483854ebba9a66d5b0"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:KeyeVL1_5ForConditionalGeneration.iter_mm_grid_thw": (
+        "9ab6797330718aa78441187689d660d12bf602be9636c31f3d0e7b909d4c9832"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:split_thw": (
+        "191c421e61e0130a9dbad0c09d2b5560f4a0db92f70d7e903425d32d5e03ffdd"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:KeyeVL1_5MultiModalProcessor._get_mm_fields_config": (
+        "1c742f086c7b02c25a99c3a74717214bd2427abbe426c5219bcf081fdeef72ee"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:KeyeVL1_5MultiModalProcessor._get_prompt_updates": (
+        "d6423b92cec21232806a261ea0a0501bfbfc14f465edf2b76cd595e563b3f5c0"
+    ),
+    "vllm.model_executor.models.keye_vl1_5:_keye_field_config": (
+        "ac9ce4c34256213ac109a68e70bc796c2bd8ac6c6e7a94d7d73fe2602c4bf2ca"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "c96626c91eaf40d021a695c3f5abdce7c86a0b7a385d7ddaa7fad4e25d866198"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLForConditionalGeneration.iter_mm_grid_thw": (
+        "5b837449c2e542626aad9ce32a968bb274c5a54455aeb4ffb59062135e3b66cc"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLMultiModalProcessor._get_prompt_updates": (
+        "03e833490e49ab299da26669daaee18aeb5d2c5000a58af9dab9264e51927d27"
+    ),
+    "vllm.model_executor.models.openpangu_vl:OpenPanguVLMultiModalProcessor._get_mm_fields_config": None,
+    "vllm.model_executor.models.isaac:IsaacForConditionalGeneration.get_mrope_input_positions": (
+        "bf8c18e75ddb916da0c6d16f8c61ab6c8e17573356acb8e2b708fdb737f50049"
+    ),
+    "vllm.model_executor.models.isaac:IsaacForConditionalGeneration.iter_mm_grid_hw": (
+        "b2948f08840686945068ef0654dbf62e4a547c6da5ab99e6294a8feabc9e1bfe"
+    ),
+    "vllm.model_executor.models.isaac:IsaacMultiModalProcessor._get_prompt_updates": (
+        "e79507ee22498ea8227b89b8e46efbe85c425a1e5ad7cba804afde38cf46bd19"
+    ),
+    "vllm.model_executor.models.isaac:IsaacMultiModalProcessor._get_mm_fields_config": (
+        "1c4a9e9f6782d572c6fd322532c5915ac70504aa5fae17ac8b0cd282e8799851"
+    ),
+    "vllm.model_executor.models.bailing_moe_v3_vl:BailingMoeV3VLForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "f0c993b4cc7bed7783b2cb28006b7b5a489032edd6850d7541a7b5a964017823"
+    ),
+    "vllm.model_executor.models.bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_mm_fields_config": (  # noqa: E501
+        "22179bcc9dfa6c87b0800858d48d85ea82ac7c281e20cb19e7d14a3da23bc8fd"
+    ),
+    "vllm.model_executor.models.bailing_moe_v3_vl:BailingMoeV3VLMultiModalProcessor._get_prompt_updates": (  # noqa: E501
+        "8b675a61914fb7bff8b22f195ffa5fc1d6526436a31d490f375f1dccbeaa0e53"
+    ),
+    "vllm.model_executor.models.minicpmv4_6:MiniCPMV4_6ForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "398c96b0e8cdfbce756a5cdd5e2d6e135d0ce10d75d331c347154ea40e61fe67"
+    ),
+    "vllm.model_executor.models.qwen3_asr:Qwen3ASRForConditionalGeneration.get_mrope_input_positions": (
+        "e8739838cd300988545141dbbcc29a93ff77eb96cbec882784e5d833cae3c27a"
+    ),
 }
 
 AUDITED: dict[str, dict[str, str | None]] = {

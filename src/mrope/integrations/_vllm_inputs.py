@@ -15,7 +15,14 @@ What the offset points at (vLLM 0.32's processors, checked against their ``_get_
   placeholder token (the replacement is the pad tokens only; ``vision_start`` lies before it);
 - Qwen3-VL and its kin (Qwen3.5, Cosmos3, Qwen4-Exp): the first timestamp token of the video's first
   frame (the replacement is, per frame, timestamp text, ``vision_start``, pads, ``vision_end``);
-- GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``.
+- GLM-4.1V/4.5V/4.6V, GLM-OCR: the video's ``<|begin_of_video|>``;
+- Keye-VL: the video's first placeholder token (its frames adjacent); Keye-VL-1.5: the frame token
+  before the first frame (per frame: frame token, timestamp text, pads), its ``video_grid_thw`` one row
+  per frame, each row taken as a video of its own (:func:`row_offsets`);
+- OpenPangu-VL: the first pad of the video's first frame (the frames joined by ``vision_end,
+  vision_start``).
+
+MiniCPM-V 4.6 and Qwen3-ASR position every token in order: their items give no inputs.
 
 These are the offsets :meth:`mrope.Family.positions` takes (see its ``image_offsets`` and
 ``video_offsets``); the frame families find the frames in the prompt and check them against the offsets.
@@ -33,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import int_list
+from .._backends import int_list, to_grid_array
 from .._errors import MRopeError
 from ..families import Family
 
@@ -107,6 +114,8 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     reason = unsupported_reason(family)
     if reason is not None:
         raise MRopeError(reason)
+    if not family.places_items:  # every token in order (MiniCPM-V 4.6, Qwen3-ASR): items give nothing
+        return {}
     images: list[list[int]] = []
     videos: list[list[int]] = []
     seconds: list[float] = []
@@ -125,11 +134,18 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
             images.append(_grid(data, "image_grid_thw", offset))
             image_offsets.append(offset)
         elif modality == "video":
-            videos.append(_grid(data, "video_grid_thw", offset))
-            video_offsets.append(offset)
+            elem = data.get("video_grid_thw")
+            rows = None if elem is None or getattr(elem.data, "ndim", 1) == 1 else elem.data
+            if rows is None:
+                videos.append(_grid(data, "video_grid_thw", offset))
+                video_offsets.append(offset)
+            else:  # one row per run of equal frames (Keye-VL-1.5's slow and fast frames)
+                grids = to_grid_array(rows, name=f"the feature at offset {offset}'s video_grid_thw")
+                videos += grids.tolist()
+                video_offsets += row_offsets(feature.mm_position, grids, family.spatial_merge_size)
             video_ranges.append(feature.mm_position)
             elem = data.get("second_per_grid_ts")
-            seconds.append(1.0 if elem is None else float(elem.data))
+            seconds += [1.0 if elem is None else float(elem.data)] * (1 if rows is None else len(rows))
         else:
             raise MRopeError(
                 f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
@@ -142,6 +158,8 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     }
     if family.video_frames_in_prompt and videos:
         frames = frame_offsets(video_ranges, sum(grid[0] for grid in videos))
+        if frames is None:
+            frames = adjacent_frames(video_ranges, video_offsets, videos, family.spatial_merge_size)
         if frames is not None:
             inputs["frame_offsets"] = frames
     if family.uses_second_per_grid_ts:
@@ -171,6 +189,33 @@ def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:
         starts.append(np.flatnonzero(first) + placeholder.offset)
     frames = np.concatenate(starts) if len(starts) > 1 else starts[0]
     return frames if frames.shape[0] == num_frames else None
+
+
+def adjacent_frames(
+    ranges: Sequence[Any], offsets: list[int], videos: list[list[int]], merge: int
+) -> np.ndarray | None:
+    """Where each video frame's placeholders start when every video's range holds its frames' tokens
+    only (Keye-VL: the frames adjacent, no text between them): video ``i``'s frame ``k`` at
+    ``offsets[i] + k * H' * W'``. None where a range holds more (the family finds the frames)."""
+    grids = np.array(videos, dtype=np.int64)
+    plane = (grids[:, 1] // merge) * (grids[:, 2] // merge)
+    if sum(r.length for r in ranges) != int((grids[:, 0] * plane).sum()):
+        return None
+    count = grids[:, 0]
+    frame = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(np.array(offsets, dtype=np.int64), count) + frame * np.repeat(plane, count)
+
+
+def row_offsets(placeholder: Any, grids: np.ndarray, merge: int) -> list[int]:
+    """Where each grid row of a video given as several rows (a run of equal frames each) starts: the
+    item's offset for the first, then each row's first frame, from the ``is_embed`` runs where the
+    range has them, else right after the row before it (adjacent frames)."""
+    tokens = grids[:, 0] * (grids[:, 1] // merge) * (grids[:, 2] // merge)
+    first_frame = np.cumsum(grids[:, 0]) - grids[:, 0]
+    frames = frame_offsets([placeholder], int(grids[:, 0].sum()))
+    starts = placeholder.offset + np.cumsum(tokens) - tokens if frames is None else frames[first_frame]
+    starts[0] = placeholder.offset
+    return starts.tolist()
 
 
 def _offset(feature: Any) -> int:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _peers import require_module
@@ -32,7 +34,8 @@ torch = require_module("torch")
 if not vllm.__version__.startswith("0.32."):
     pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
 
-from transformers import AutoConfig  # noqa: E402
+from transformers import AutoConfig, PretrainedConfig  # noqa: E402
+from vllm.transformers_utils.configs import BailingMoeV3VLConfig, IsaacConfig, Qwen3ASRConfig  # noqa: E402
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
@@ -60,7 +63,12 @@ class Case:
     """A model vLLM serves with M-RoPE: its module and class, config, and how its processor lays out
     items (``"qwen2"``: pads between vision markers; ``"qwen3"``: a video is per frame timestamp text,
     vision_start, pads, vision_end; ``"glm"``: begin_of_video, per frame image block and timestamp,
-    end_of_video; ``"ernie"``: pads only, a video's pads being the image token)."""
+    end_of_video; ``"ernie"``: pads only, a video's pads being the image token; ``"keye1_5"``: a video
+    is, per frame, a frame token, timestamp text, then the frame's pads, fast frames smaller and between
+    fast markers, one grid row per frame; ``"pangu"``: a video's frames joined by vision_end,
+    vision_start inside the outer markers; ``"sequential"``: placeholders of any size with no grid
+    (MiniCPM-V 4.6); ``"audio"``: audio placeholders between audio markers (Qwen3-ASR)). ``config``
+    builds a remote-code config (default: transformers' ``AutoConfig.for_model``)."""
 
     model_type: str
     module: str
@@ -69,6 +77,26 @@ class Case:
     videos: bool = True
     scales_time: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
+    config: Callable[[], Any] | None = None
+
+
+# token ids of the remote-code configs below (Qwen2-VL's, as their checkpoints use)
+IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
+# Keye-VL-1.5's frame token and fast-frame markers (text to the positions)
+FRAME, FAST_START, FAST_END = 151657, 151658, 151659
+AUDIO_START, AUDIO_END = 151669, 151670
+
+
+def remote_config(architecture: str) -> Any:
+    """A remote-code config (Keye-VL, Keye-VL-1.5, OpenPangu-VL): the fields vLLM and mrope read."""
+    return PretrainedConfig(
+        architectures=[architecture],
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        vision_config=PretrainedConfig(spatial_merge_size=2),
+    )
 
 
 CASES = {
@@ -96,6 +124,45 @@ CASES = {
         Case("glm4v_moe", "glm4_1v", "Glm4vMoeForConditionalGeneration", "glm"),
         Case("glm_ocr", "glm_ocr", "GlmOcrForConditionalGeneration", "glm"),
         Case("ernie4_5_vl_moe", "ernie45_vl", "Ernie4_5_VLMoeForConditionalGeneration", "ernie"),
+        Case(
+            "keye",
+            "keye",
+            "KeyeForConditionalGeneration",
+            "qwen2",
+            config=lambda: remote_config("KeyeForConditionalGeneration"),
+        ),
+        Case(
+            "keye_vl1_5",
+            "keye_vl1_5",
+            "KeyeVL1_5ForConditionalGeneration",
+            "keye1_5",
+            config=lambda: remote_config("KeyeVL1_5ForConditionalGeneration"),
+        ),
+        Case(
+            "openpangu_vl",
+            "openpangu_vl",
+            "OpenPanguVLForConditionalGeneration",
+            "pangu",
+            config=lambda: remote_config("OpenPanguVLForConditionalGeneration"),
+        ),
+        Case(
+            "bailing_moe_v3_vl",
+            "bailing_moe_v3_vl",
+            "BailingMoeV3VLForConditionalGeneration",
+            "qwen2",
+            videos=False,
+            config=BailingMoeV3VLConfig,
+        ),
+        Case(
+            "isaac",
+            "isaac",
+            "IsaacForConditionalGeneration",
+            "isaac",
+            videos=False,
+            config=lambda: IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}),
+        ),
+        Case("minicpmv4_6", "minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration", "sequential"),
+        Case("qwen3_asr", "qwen3_asr", "Qwen3ASRForConditionalGeneration", "audio", config=Qwen3ASRConfig),
     ]
 }
 
@@ -121,7 +188,7 @@ def setup_of(model_type: str) -> Setup:
     if model_type not in _SETUPS:
         case = CASES[model_type]
         vision = {"vision_config": case.overrides} if case.overrides else {}
-        config = AutoConfig.for_model(model_type, **vision)
+        config = case.config() if case.config else AutoConfig.for_model(model_type, **vision)
         cls = getattr(importlib.import_module(f"vllm.model_executor.models.{case.module}"), case.cls)
         model = object.__new__(cls)  # the methods read only ``self.config``
         model.__dict__["config"] = config
@@ -133,10 +200,10 @@ def setup_of(model_type: str) -> Setup:
             config.spatial_conv_size = config.vision_config.spatial_merge_size
             config.temporal_conv_size = temporal
             overrides["video_token_id"] = config.image_token_id
+        if case.layout == "isaac":  # its config does not hold the placeholder id (its processor's)
+            overrides["image_token_id"] = IMAGE
         family = mrope.from_config(config, **VLLM_SETTINGS, **overrides)
-        _SETUPS[model_type] = Setup(
-            case, config, model, family, config.vision_config.spatial_merge_size, temporal
-        )
+        _SETUPS[model_type] = Setup(case, config, model, family, family.spatial_merge_size, temporal)
     return _SETUPS[model_type]
 
 
@@ -148,7 +215,7 @@ class Request:
 
     def describe(self) -> str:
         items = [
-            (f.modality, f.mm_position.offset, f.data[f"{f.modality}_grid_thw"].data.tolist())
+            (f.modality, f.mm_position.offset, {k: e.data.tolist() for k, e in f.data.items()})
             for f in self.features
         ]
         return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
@@ -169,18 +236,26 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
     ids += text()
     for _ in range(draw(st.integers(0, max_items))):
         h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-        if not case.videos or draw(st.booleans()):  # an image
+        if case.layout in ("sequential", "audio"):  # placeholders without a grid, positioned as text
+            n = draw(st.integers(1, 12))
+            modality = "audio" if case.layout == "audio" else draw(st.sampled_from(["image", "video"]))
+            ids.append(AUDIO_START if case.layout == "audio" else START)
+            data = {"audio_feature_lengths": torch.tensor(8 * n)} if modality == "audio" else {}
+            features.append(_feature(modality, len(ids), n, data))
+            ids += [7] * n  # (neither family reads the placeholder id)
+            ids.append(AUDIO_END if case.layout == "audio" else END)
+        elif not case.videos or draw(st.booleans()):  # an image
             n = h * w
             grid = torch.tensor([1, h * m, w * m])
             if case.layout == "glm":
                 ids.append(cfg.image_start_token_id)
-            elif case.layout != "ernie":
+            elif case.layout not in ("ernie", "isaac"):  # (Isaac: the pads only)
                 ids.append(cfg.vision_start_token_id)
             features.append(_feature("image", len(ids), n, {"image_grid_thw": grid}))
-            ids += [cfg.image_token_id] * n
+            ids += [setup.family.image_token_id] * n
             if case.layout == "glm":
                 ids.append(cfg.image_end_token_id)
-            elif case.layout != "ernie":
+            elif case.layout not in ("ernie", "isaac"):
                 ids.append(cfg.vision_end_token_id)
         else:  # a video
             long = case.scales_time and draw(st.integers(0, 2)) == 0
@@ -212,6 +287,29 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
                 features.append(_feature("video", start, len(ids) - start, data, embed))
                 if outer:
                     ids.append(cfg.vision_end_token_id)
+            elif case.layout == "pangu":  # frames joined by end, start; the offset at the first pad
+                ids.append(cfg.vision_start_token_id)
+                start = len(ids)
+                for k in range(frames):
+                    ids += [cfg.vision_end_token_id, cfg.vision_start_token_id] * (k > 0)
+                    ids += [cfg.video_token_id] * plane
+                embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+                ids.append(cfg.vision_end_token_id)
+            elif case.layout == "keye1_5":  # per frame: frame token, timestamp, pads (fast: smaller)
+                ids.append(cfg.vision_start_token_id)
+                start = len(ids)
+                rows = []
+                for _ in range(frames):
+                    fast = draw(st.booleans())
+                    fh, fw = (1, draw(st.integers(1, 2))) if fast else (h, w)
+                    ids += [FRAME] + text(0, 3) + [FAST_START] * fast + [cfg.video_token_id] * (fh * fw)
+                    ids += [FAST_END] * fast
+                    rows.append([1, fh * m, fw * m])
+                data["video_grid_thw"] = torch.tensor(rows)
+                embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
+                features.append(_feature("video", start, len(ids) - start, data, embed))
+                ids.append(cfg.vision_end_token_id)
             else:  # glm
                 start = len(ids)
                 ids.append(cfg.video_start_token_id)
@@ -309,3 +407,153 @@ def test_features_without_data_are_refused():
     audio = _feature("audio", 3, 4, {"audio_feature_lengths": torch.tensor(40)})
     with pytest.raises(MRopeError, match="qwen2_vl has no M-RoPE rule for a 'audio' feature"):
         inputs_from_mm_features(setup.family, [audio])
+
+
+# -- the models added for issue 19: served by the V1 runner, refused where vLLM refuses ---------------
+NEW_MODELS = ["keye", "keye_vl1_5", "openpangu_vl", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr"]
+
+
+class _Runner:
+    """The parts of vLLM's V1 model runner that the plugin's runner state reads at admission."""
+
+    def __init__(self, config: Any, max_num_reqs: int = 4, max_num_tokens: int = 512) -> None:
+        self.model_config = SimpleNamespace(hf_config=config, mrope_num_dims=3)
+        self.input_batch = SimpleNamespace(
+            max_num_reqs=max_num_reqs,
+            num_computed_tokens_cpu=np.zeros(max_num_reqs, dtype=np.int32),
+            req_id_to_index={},
+        )
+        self.mrope_positions = SimpleNamespace(np=np.zeros((3, max_num_tokens + 1), dtype=np.int64))
+        self.requests: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("model_type", NEW_MODELS)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_the_v1_runner_serves_them(model_type, data):
+    # the runner's family comes from the config vLLM hands it (remote code: found by architecture),
+    # and an admitted request's table row equals vLLM's positions, prompt and decode
+    from mrope.integrations import vllm as plugin
+
+    setup = setup_of(model_type)
+    request = data.draw(requests(setup), label="request")
+    state = plugin._runner_state(_Runner(setup.config))
+    assert state.active and type(state.family) is type(setup.family), plugin.stats()
+    req_state = SimpleNamespace(
+        req_id="r0", prompt_token_ids=request.ids, mm_features=request.features, prompt_embeds=None
+    )
+    state.admit(req_state)
+    expected, delta = setup.vllm_positions(request.ids, request.features)
+    length = len(request.ids)
+    out = np.zeros((3, length + 2), dtype=np.int64)
+    state.table.fill(out, np.array([state.slot_of["r0"]]), np.array([0]), np.array([length + 2]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=request.describe())
+    np.testing.assert_array_equal(
+        out[:, length:], np.broadcast_to(np.arange(length, length + 2) + delta, (3, 2))
+    )
+
+
+def _refused(setup: Setup, request: Request) -> None:
+    """vLLM's own code refuses the request (an exception of any kind), and mrope with an MRopeError."""
+    with pytest.raises(Exception):  # noqa: B017 (vLLM raises ValueError, AssertionError or RuntimeError)
+        setup.vllm_positions(request.ids, request.features)
+    with pytest.raises(MRopeError):
+        setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
+
+
+@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "isaac"])
+def test_videos_are_refused(model_type):
+    setup = setup_of(model_type)
+    video = {"video_grid_thw": torch.tensor([1, 2, 2])}
+    _refused(setup, Request([1000, VIDEO, 1001], [_feature("video", 1, 1, video)]))
+
+
+@pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "openpangu_vl", "isaac"])
+def test_images_of_several_frames_are_refused(model_type):
+    image = {"image_grid_thw": torch.tensor([2, 2, 2])}
+    _refused(setup_of(model_type), Request([1000, IMAGE, IMAGE, 1001], [_feature("image", 1, 2, image)]))
+
+
+def test_keye_vl1_5_refuses_frames_that_do_not_match_the_grid():
+    # three frame rows, two frames in the prompt
+    setup = setup_of("keye_vl1_5")
+    ids = [1000, FRAME, VIDEO, FRAME, VIDEO, 1001]
+    embed = torch.tensor([t == VIDEO for t in ids[1:5]])
+    grid = {"video_grid_thw": torch.tensor([[1, 2, 2]] * 3)}
+    _refused(setup, Request(ids, [_feature("video", 1, 4, grid, embed)]))
+
+
+# -- coverage: every M-RoPE model class of vLLM is served or listed with the reason -------------------
+_QWEN_KIN = (
+    "inherits {rule}'s rule, but mrope has no family for its config's model_type, so vLLM's own path "
+    "serves it (its model code was not audited)"
+)
+VLLM_UNSUPPORTED = {
+    "qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
+    "transformers' (which mrope implements): see _vllm_inputs.unsupported_reason",
+    "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
+    "transformers' (integer positions): see _vllm_inputs.unsupported_reason",
+    "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
+    "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
+    "per-marker positions), out of this family set",
+    "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
+    "colqwen3:ColQwen3Model": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "colqwen3_5:ColQwen3_5Model": _QWEN_KIN.format(rule="Qwen3.5"),
+    "cosmos3:Cosmos3ForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "exaone4_5:Exaone4_5_ForConditionalGeneration": _QWEN_KIN.format(rule="Qwen2.5-VL"),
+    "interns1_pro:InternS1ProForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3-VL"),
+    "interns2_preview:InternS2PreviewForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3.5"),
+    "interns2_mobius:InternS2MobiusForConditionalGeneration": _QWEN_KIN.format(rule="Qwen3.5"),
+    "interns2_mobius:InternS2MobiusForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5ForCausalLMBase": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5ForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "qwen3_5:Qwen3_5MoeForCausalLM": "a text-only Qwen3.5 backbone (vLLM's own text path)",
+    "jina_vl:JinaVLForSequenceClassification": _QWEN_KIN.format(rule="Qwen2-VL"),
+    "opencua:OpenCUAForConditionalGeneration": _QWEN_KIN.format(rule="Qwen2.5-VL"),
+    "qwen3_asr_forced_aligner:Qwen3ASRForcedAlignerForTokenClassification": _QWEN_KIN.format(
+        rule="Qwen3-ASR"
+    ),
+    "qwen3_asr_realtime:Qwen3ASRRealtimeGeneration": _QWEN_KIN.format(rule="Qwen3-ASR"),
+}
+
+
+def vllm_mrope_classes() -> set[str]:
+    """``module:Class`` of every model class in vLLM's models that is ``SupportsMRoPE``: declared so,
+    or a subclass (by name, across modules) of one that is. Read from the sources, nothing imported."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(vllm.__file__).parent / "model_executor" / "models"
+    bases: dict[str, tuple[str, set[str]]] = {}
+    for path in root.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = (path.stem, {ast.unparse(b).split(".")[-1] for b in node.bases})
+    found = {name for name, (_, b) in bases.items() if "SupportsMRoPE" in b}
+    while more := {name for name, (_, b) in bases.items() if name not in found and b & found}:
+        found |= more
+    return {f"{bases[name][0]}:{name}" for name in found}
+
+
+def test_every_vllm_mrope_model_is_served_or_listed():
+    shipped = vllm_mrope_classes()
+    assert len(shipped) >= 21, sorted(shipped)
+    served = {f"{case.module}:{case.cls}" for case in CASES.values()}
+    missing = shipped - served - set(VLLM_UNSUPPORTED)
+    assert not missing, f"vLLM M-RoPE models that mrope neither serves nor lists: {sorted(missing)}"
+    assert not served & set(VLLM_UNSUPPORTED), "listed as unsupported but served"
+    gone = (served | set(VLLM_UNSUPPORTED)) - shipped
+    assert not gone, f"no longer M-RoPE models of vLLM: {sorted(gone)}"
+    for case in CASES.values():  # and the plugin's family choice serves every one of them
+        assert case.model_type in mrope.supported_model_types()
+
+
+def test_isaac_runners_keep_vllms_path_naming_the_missing_token_id():
+    # Isaac's config does not hold its placeholder id: the runner keeps vLLM's path and says why
+    from mrope.integrations import vllm as plugin
+
+    family, reason = plugin._served_family(_Runner(setup_of("isaac").config).model_config, pruning=False)
+    assert family is None and "isaac needs the setting 'image_token_id'" in reason
+    with_id = IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}, image_token_id=IMAGE)
+    family, reason = plugin._served_family(_Runner(with_id).model_config, pruning=False)
+    assert reason is None and family.model_type == "isaac"
