@@ -14,10 +14,20 @@ DOCS_VENV := .venv-docs
 # The documentation site's tools, pinned (mkdocstrings reads src/ without importing mrope).
 DOCS_TOOLS := mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
+# SGLang's engine lives in its own environment too (transformers<5.20 as well; sglang's GPU stack left out).
+SGLANG_VENV := .venv-sglang
+SGLANG_BIN := $(SGLANG_VENV)/bin
+SGLANG_ENGINE_PINS := triton==3.9.0 xgrammar==0.2.7
+# SGLang's runtime dependencies on this CPU, by name (installing sglang with its dependencies pulls CUDA).
+SGLANG_DEPS := numpy transformers==5.19.0 safetensors pillow fastapi uvicorn pyzmq psutil pydantic orjson \
+	msgspec requests aiohttp setproctitle pybase64 einops tqdm packaging uvloop python-multipart \
+	prometheus-client interegular partial_json_parser xxhash sentencepiece scipy pyyaml ipython dill \
+	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai
+SGLANG_ENV_FIX := tests/sglang_env/_mrope_sglang_env.py tests/sglang_env/mrope_sglang_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-transformers docs docs-pictures clean
+.PHONY: venv venv-vllm venv-sglang test test-vllm test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-transformers docs docs-pictures clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -50,6 +60,25 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 	touch $@
 
 venv-vllm: $(VLLM_BIN)/.installed
+
+# SGLang 0.5.23's offline engine on this CPU (about 3 minutes): sglang and its CPU dependencies by name,
+# the torchvision fix-up of the vLLM environment, and a start-up hook (.pth) that serves a stand-in
+# sgl_kernel (CUDA-only upstream) in every process. mrope is installed (editable, no deps) so that its
+# sglang.srt.plugins entry point is registered.
+$(SGLANG_BIN)/.installed: pyproject.toml Makefile $(SGLANG_ENV_FIX) $(VLLM_ENV_FIX)
+	$(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_BIN)/pip install -q --upgrade pip
+	$(SGLANG_BIN)/pip install -q $(TORCH)
+	$(SGLANG_BIN)/pip install -q --no-deps $(SGLANG) $(SGLANG_ENGINE_PINS) $(TORCHVISION)
+	$(SGLANG_BIN)/pip install -q $(SGLANG_DEPS) $(TORCH) 'pytest>=8' 'hypothesis>=6.100'
+	cp $(SGLANG_ENV_FIX) $(VLLM_ENV_FIX) "$$($(SGLANG_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(SGLANG_BIN)/pip install -q --no-deps -e .
+	$(SGLANG_BIN)/python -c "import torchvision.transforms.v2, sglang.srt.model_executor.forward_batch_info, mrope; \
+		from importlib.metadata import entry_points; \
+		assert 'mrope' in entry_points(group='sglang.srt.plugins').names, 'mrope plugin not registered'"
+	touch $@
+
+venv-sglang: $(SGLANG_BIN)/.installed
 
 $(NUMPY_VENV)/bin/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(NUMPY_VENV)
