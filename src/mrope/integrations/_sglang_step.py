@@ -1,0 +1,162 @@
+"""The step half of mrope's SGLang integration: a model runner's :class:`mrope.PositionTable`, keyed by
+SGLang's request slot (``req_pool_idx``), and the extend, decode and speculative positions it writes.
+
+A slot's request is registered when the slot's generation in SGLang's request pool
+(``ReqToTokenPool.req_generation``, bumped at every allocation) differs from the one registered: a
+vectorized comparison per step, a Python call per new request only. Registration reads SGLang's stored
+prompt positions (``MultimodalInputs.mrope_positions``, computed in the tokenizer process: by mrope when
+the integration runs there) and keeps their segments; a text-only request is one text segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._errors import MRopeError
+from ..families import Family
+from ..serving import PositionTable
+
+_MISSING = object()
+
+
+class RunnerTable:
+    """A model runner's table, the generation registered per slot, and the slots mrope refused."""
+
+    def __init__(self, family: Family, pool: Any, device: Any, count: Callable[[str], None], warn: Any) -> None:
+        size = int(pool.req_generation.shape[0])  # every row of SGLang's pool, its padding row 0 included
+        self.family = family
+        self.pool = pool
+        self.table = PositionTable(size, device=device)
+        self.generation = np.full(size, -1, dtype=np.int64)
+        self.refused = np.zeros(size, dtype=bool)
+        self.count, self.warn = count, warn
+        self.host = torch.device(device).type == "cpu"
+
+    def serves(self, batch: Any) -> bool:
+        """Register the batch's new requests; whether mrope writes this step (no refused request)."""
+        slots_cpu = getattr(batch, "req_pool_indices_cpu", None)
+        if slots_cpu is None or _rl_on_policy():
+            return False
+        slots = slots_cpu.numpy()
+        generation = self.pool.req_generation.numpy()[slots]
+        new = np.flatnonzero(self.generation[slots] != generation)
+        for i in new.tolist():  # admission only: requests new to their slot
+            self.admit(int(slots[i]), int(generation[i]), batch.reqs[i], batch.multimodal_inputs[i])
+        return not self.refused[slots].any()
+
+    def admit(self, slot: int, generation: int, req: Any, mm: Any) -> None:
+        """Register ``req`` in ``slot``; a request mrope cannot register is refused (SGLang's path)."""
+        self.generation[slot] = generation
+        if slot in self.table:
+            self.table.remove(slot)
+        try:
+            self.register(slot, req, mm)
+        except Exception as error:  # its batches take SGLang's path
+            self.refused[slot] = True
+            self.count("fallback_requests")
+            self.warn(f"request {getattr(req, 'rid', '?')!r}", error)
+            return
+        self.refused[slot] = False
+        self.count("admitted")
+
+    def register(self, slot: int, req: Any, mm: Any) -> None:
+        if getattr(req, "session", None) is not None:
+            raise MRopeError("session requests keep SGLang's positions (their history outgrows the prompt's)")
+        if mm is None:
+            self.table.add(slot, self.family, req.origin_input_ids, image_offsets=[], video_offsets=[])
+            return
+        if mm.mrope_positions is None or mm.mrope_position_delta is None:
+            raise MRopeError("a multimodal request without stored M-RoPE positions")
+        delta = int(mm.mrope_position_delta.reshape(-1)[0])
+        self.table.add_positions(slot, mm.mrope_positions, delta)
+
+    def extend(self, fb: Any, batch: Any) -> torch.Tensor:
+        """One ``fill`` of the extend step from the batch's device tensors: (3, extend_num_tokens)."""
+        num = int(fb.extend_num_tokens)
+        out = torch.empty((3, num), dtype=torch.int64, device=fb.seq_lens.device)
+        self.table.fill(out, fb.req_pool_indices, fb.extend_prefix_lens, fb.extend_seq_lens, num_tokens=num)
+        self.verify()
+        return out
+
+    def decode(self, fb: Any, batch: Any) -> torch.Tensor:
+        """``seq_lens - 1 + delta[req_pool_indices]`` on the device: (3, batch_size)."""
+        out = torch.empty((3, fb.seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
+        self.table.decode(out, fb.req_pool_indices, fb.seq_lens)
+        self.verify()
+        return out
+
+    def speculative(self, fb: Any, batch: Any, seq_positions: Any) -> torch.Tensor:
+        """``seq_positions + delta[req_pool_indices]`` (each request's draft tokens), on the device."""
+        if seq_positions is None:
+            seq_positions = batch.spec_info.positions
+        per_request = seq_positions.reshape(fb.seq_lens.shape[0], -1)
+        slots = fb.req_pool_indices.repeat_interleave(per_request.shape[1])
+        out = torch.empty((3, per_request.numel()), dtype=torch.int64, device=fb.seq_lens.device)
+        self.table.decode(out, slots, per_request.reshape(-1).to(torch.int64) + 1)
+        self.verify()
+        return out
+
+    def verify(self) -> None:
+        """On the host, where it costs no synchronization, raise for bad input the device path counted."""
+        if self.host:
+            self.table.check()
+
+    @staticmethod
+    def compare(ours: torch.Tensor, sglang: torch.Tensor, batch: Any, per_request: int | None) -> None:
+        """Check mode: the first column where mrope's positions differ from SGLang's raises, naming the
+        request (``per_request`` columns each, or the batch's extend lengths when None)."""
+        sglang = sglang.to(ours.device, torch.int64)
+        if ours.shape != sglang.shape:
+            raise MRopeError(
+                f"mrope check: {tuple(ours.shape)} positions from mrope, {tuple(sglang.shape)} from SGLang"
+            )
+        differ = (ours != sglang).any(dim=0).nonzero()
+        if not differ.numel():
+            return
+        column = int(differ[0, 0])
+        if per_request is None:
+            ends = np.cumsum(np.asarray(batch.extend_lens))
+            i = int(np.searchsorted(ends, column, side="right"))
+        else:
+            i = column // per_request
+        rid = batch.reqs[i].rid if i < len(batch.reqs) else "?"
+        raise MRopeError(
+            f"mrope check: request {rid!r} (slot {int(batch.req_pool_indices_cpu[i])}), column {column}: "
+            f"t, h, w = {ours[:, column].tolist()} from mrope, {sglang[:, column].tolist()} from SGLang"
+        )
+
+
+def _rl_on_policy() -> bool:
+    """SGLang's ``rl_on_policy_target`` (text positions for every request), which mrope leaves to SGLang."""
+    from sglang.srt.runtime_context import get_exec
+
+    return get_exec().deterministic.rl_on_policy_target is not None
+
+
+def runner_table(
+    model_runner: Any,
+    family_of: Callable[[Any], Family | None],
+    count: Callable[[str], None],
+    warn: Callable[[str, BaseException], None],
+) -> RunnerTable | None:
+    """The model runner's table, created on its first step; None where SGLang's path serves it."""
+    state = model_runner.__dict__.get("_mrope_table", _MISSING)
+    if state is not _MISSING:
+        return state
+    state = None
+    try:
+        family = family_of(model_runner.model_config.hf_config)
+        pool = model_runner.req_to_token_pool
+        if family is not None:
+            generation = getattr(pool, "req_generation", None)
+            if not isinstance(generation, torch.Tensor) or generation.device.type != "cpu":
+                raise MRopeError("the request pool has no host generation counter (req_generation)")
+            state = RunnerTable(family, pool, model_runner.device, count, warn)
+    except Exception as error:
+        warn("model runner", error)
+    model_runner._mrope_table = state
+    return state
