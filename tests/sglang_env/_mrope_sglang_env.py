@@ -11,6 +11,11 @@ namespace answer those names with stubs, except the ones SGLang probes with ``ha
 paths (:data:`PROBED`); every other name stays absent (SGLang registers fake kernels for the ops it
 finds there).
 
+Negative controls of the end-to-end tests: with ``MROPE_SGLANG_TEST_FAULT`` set, once mrope's SGLang
+integration is imported, :class:`mrope.PositionTable`'s step calls (``fill``, ``decode``) in that process
+are made faulty: ``wrong`` overwrites the h and w rows of what they wrote with the t row, ``raise``
+raises :class:`FaultError`.
+
 The torchvision fix-up (``torchvision::nms`` schemas) is the vLLM environment's
 ``_mrope_vllm_env``, installed beside this module.
 """
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
+import os
 import sys
 import types
 from typing import Any
@@ -104,10 +111,70 @@ def _stub_torch_ops() -> None:
     torch.ops.sgl_kernel = _StubOps()
 
 
+FAULT_VAR = "MROPE_SGLANG_TEST_FAULT"
+FAULTS = ("wrong", "raise")
+_FAULTED = "mrope.integrations.sglang"
+
+
+class FaultError(RuntimeError):
+    """The ``raise`` fault of a negative control."""
+
+
+def install_fault(fault: str) -> None:
+    """Make :class:`mrope.PositionTable`'s ``fill`` and ``decode`` faulty in this process (see above)."""
+    if fault not in FAULTS:
+        raise ValueError(f"{FAULT_VAR} must be one of {FAULTS}, got {fault!r}")
+    from mrope import PositionTable
+
+    def faulty(method: Any) -> Any:
+        def step(self: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
+            if fault == "raise":
+                raise FaultError(f"{FAULT_VAR}=raise: PositionTable.{method.__name__}")
+            result = method(self, out, *args, **kwargs)
+            out[1:] = out[:1]
+            return result
+
+        return step
+
+    PositionTable.fill = faulty(PositionTable.fill)
+    PositionTable.decode = faulty(PositionTable.decode)
+
+
+class _FaultLoader(importlib.abc.Loader):
+    """The ordinary loader of the integration, then the fault."""
+
+    def __init__(self, loader: Any, fault: str) -> None:
+        self.loader, self.fault = loader, fault
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        install_fault(self.fault)
+
+
+class _FaultFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _FAULTED:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _FaultLoader(spec.loader, self.fault)
+        return spec
+
+
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` (once)."""
+    """Put the finders on ``sys.meta_path`` (once)."""
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
         sys.meta_path.append(_Finder())
+    fault = os.environ.get(FAULT_VAR)
+    if fault and _FAULTED not in sys.modules:
+        sys.meta_path.insert(0, _FaultFinder(fault))
 
 
 install()

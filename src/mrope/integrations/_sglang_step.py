@@ -50,6 +50,8 @@ class RunnerTable:
 
     def admit(self, slot: int, generation: int, req: Any, mm: Any) -> None:
         """Register ``req`` in ``slot``; a request mrope cannot register is refused (SGLang's path)."""
+        if self.generation[slot] >= 0:
+            self.count("reused_slots")
         self.generation[slot] = generation
         if slot in self.table:
             self.table.remove(slot)

@@ -69,6 +69,7 @@ logger = logging.getLogger(__name__)
 _STAT_NAMES = (
     "prompts",  # prompt positions mrope computed (tokenizer process)
     "admitted",  # requests registered in a table (scheduler process)
+    "reused_slots",  # registrations in a slot that held an earlier request
     "extend_steps",  # extend steps whose positions mrope wrote
     "decode_steps",  # decode steps whose positions mrope wrote
     "spec_steps",  # speculative steps whose positions mrope wrote
@@ -147,7 +148,7 @@ def is_enabled() -> str | None:
 
 def stats() -> dict[str, int]:
     """This process's counters (prompts in the tokenizer process, steps in the scheduler process):
-    prompts, admitted, extend_steps, decode_steps, spec_steps, checked_prompts, checked_steps,
+    prompts, admitted, reused_slots, extend_steps, decode_steps, spec_steps, checked_prompts, checked_steps,
     fallback_prompts, fallback_requests, fallback_steps."""
     return dict(_stats)
 

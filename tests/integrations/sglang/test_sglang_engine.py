@@ -1,0 +1,90 @@
+"""mrope inside SGLang's engine, end to end: greedy tokens with and without the integration, through the
+entry point (``MROPE_SGLANG`` read by SGLang's plugin loading in every process) and in check mode, with
+chunked prefill ending inside an image, radix-cache hits, batched decode, text-only prompts and reused
+request slots; negative controls: wrong positions change the tokens, check mode raises on a wrong step,
+and a failing step falls back to SGLang's path with the same tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "glm4v")
+NUM_PROMPTS = 7  # both rounds of _engine.prompts
+# Qwen3-VL image-only prompts take SGLang's own offsets path, not get_rope_index (nothing to serve)
+SERVED_PROMPTS = {"qwen2_5_vl": 5, "qwen3_vl": 0, "glm4v": 5}
+IMAGE_PROMPTS = (0, 2, 3)  # first round's prompts with images
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def runs(request: pytest.FixtureRequest, checkpoint: Any, run_engines: Any) -> dict[str, Any]:
+    """SGLang alone, with mrope, in check mode: one subprocess per family."""
+    code, output, results = run_engines(checkpoint(request.param), ["0", "1", "check"])
+    assert code == 0 and results, output[-4000:]
+    return {"family": request.param, **{r["mode"]: r for r in results}}
+
+
+def test_tokens_equal_with_mrope(runs: dict[str, Any]) -> None:
+    assert runs["1"]["tokens"] == runs["0"]["tokens"], runs["family"]
+
+
+def test_mrope_serves_every_step(runs: dict[str, Any]) -> None:
+    scheduler, main = runs["1"]["scheduler"], runs["1"]["main"]
+    assert scheduler["admitted"] == NUM_PROMPTS
+    assert scheduler["reused_slots"] >= 2  # the second round's requests took the first round's slots
+    assert scheduler["extend_steps"] > 0 and scheduler["decode_steps"] >= NUM_PROMPTS // 2
+    assert scheduler["fallback_steps"] == scheduler["fallback_requests"] == 0
+    assert main["prompts"] == SERVED_PROMPTS[runs["family"]] and main["fallback_prompts"] == 0
+
+
+def test_check_mode_compares_every_step(runs: dict[str, Any]) -> None:
+    check = runs["check"]
+    assert check["tokens"] == runs["0"]["tokens"]
+    scheduler = check["scheduler"]
+    assert scheduler["checked_steps"] == scheduler["extend_steps"] + scheduler["decode_steps"] > 0
+    assert check["main"]["checked_prompts"] == SERVED_PROMPTS[runs["family"]]
+
+
+def test_radix_cache_hit_through_the_image(runs: dict[str, Any]) -> None:
+    """The second round's long prompt reuses the first's prefix, image included (more than a chunk)."""
+    for mode in ("0", "1"):
+        assert runs[mode]["cached"][1][0] > 32, runs[mode]["cached"]
+
+
+@pytest.fixture(scope="module")
+def qwen2_5_vl(checkpoint: Any) -> Path:
+    return checkpoint("qwen2_5_vl")
+
+
+@pytest.fixture(scope="module")
+def reference(qwen2_5_vl: Path, run_engines: Any) -> list[list[list[int]]]:
+    code, output, results = run_engines(qwen2_5_vl, ["0"])
+    assert code == 0 and results, output[-4000:]
+    return results[0]["tokens"]
+
+
+def test_wrong_positions_change_the_tokens(qwen2_5_vl: Path, run_engines: Any, reference: Any) -> None:
+    """Negative control: mrope's step positions with the h and w rows replaced by the t row."""
+    code, output, results = run_engines(qwen2_5_vl, ["1"], fault="wrong")
+    assert code == 0 and results, output[-4000:]
+    tokens = results[0]["tokens"][0]
+    assert results[0]["scheduler"]["extend_steps"] > 0
+    assert any(tokens[i] != reference[0][i] for i in IMAGE_PROMPTS)
+
+
+def test_check_mode_raises_on_a_wrong_step(qwen2_5_vl: Path, run_engines: Any) -> None:
+    code, output, _ = run_engines(qwen2_5_vl, ["check"], fault="wrong")
+    assert code != 0
+    assert "MRopeError: mrope check: request" in output and "from SGLang" in output
+
+
+def test_failing_step_falls_back_to_sglang(qwen2_5_vl: Path, run_engines: Any, reference: Any) -> None:
+    """Any exception in mrope's step hands the batch to SGLang's path: same tokens, counted."""
+    code, output, results = run_engines(qwen2_5_vl, ["1"], fault="raise")
+    assert code == 0 and results, output[-4000:]
+    assert results[0]["tokens"] == reference
+    scheduler = results[0]["scheduler"]
+    assert scheduler["extend_steps"] == scheduler["decode_steps"] == 0
+    assert scheduler["fallback_steps"] > 0
