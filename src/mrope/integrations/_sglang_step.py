@@ -26,7 +26,9 @@ _MISSING = object()
 class RunnerTable:
     """A model runner's table, the generation registered per slot, and the slots mrope refused."""
 
-    def __init__(self, family: Family, pool: Any, device: Any, count: Callable[[str], None], warn: Any) -> None:
+    def __init__(
+        self, family: Family, pool: Any, device: Any, count: Callable[[str], None], warn: Any
+    ) -> None:
         size = int(pool.req_generation.shape[0])  # every row of SGLang's pool, its padding row 0 included
         self.family = family
         self.pool = pool

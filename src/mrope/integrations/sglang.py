@@ -27,24 +27,24 @@ register keeps every batch it is in on SGLang's path. What always takes SGLang's
 ``rl_on_policy_target``, request pools without a generation counter.
 
 ``mode="check"`` computes SGLang's positions too and compares them at every prompt and every step:
-a difference raises :class:`MRopeError` naming the request, the column and both values.
+a difference raises :class:`MRopeError` naming the request, the column and both values. It also
+times both paths (:func:`timings`; the benchmark ``benchmarks/sglang_engine.py`` reads them).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
 from ..families import Family, from_config
-from ..serving import PositionTable
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import RunnerTable, runner_table
 
@@ -81,6 +81,9 @@ _STAT_NAMES = (
 )
 _stats: dict[str, int] = dict.fromkeys(_STAT_NAMES, 0)
 _enabled: dict[str, Any] = {}  # "mode"
+#: the most check-mode timings kept per process (:func:`timings`)
+MAX_TIMINGS = 100_000
+_timings: collections.deque[tuple[str, int, int, int]] = collections.deque(maxlen=MAX_TIMINGS)
 _patches: list[tuple[Any, str, Any]] = []  # (owner, name, original attribute as stored in the class)
 _warned: set[str] = set()
 
@@ -153,17 +156,30 @@ def stats() -> dict[str, int]:
     return dict(_stats)
 
 
+def timings() -> list[tuple[str, int, int, int]]:
+    """Check mode's timings in this process, oldest first (the last :data:`MAX_TIMINGS`): ``(kind,
+    size, mrope_ns, sglang_ns)`` per prompt (``"prompt"``, size: its tokens) and per step (``"extend"``,
+    ``"decode"``, size: its requests), each path's host time (device work is queued, not waited for)."""
+    return list(_timings)
+
+
+def _record(kind: str, size: int, mrope_ns: int, sglang_ns: int) -> None:
+    _timings.append((kind, size, mrope_ns, sglang_ns))
+
+
 def _write_stats(scheduler: Any, path: str) -> None:
-    """``Scheduler.mrope_write_stats(path)``: this scheduler process's :func:`stats` as JSON in ``path``
-    (read them from an offline engine with ``engine.collective_rpc("mrope_write_stats", path=...)``)."""
+    """``Scheduler.mrope_write_stats(path)``: this scheduler process's :func:`stats` and :func:`timings`
+    as JSON (``{"stats": ..., "timings": ...}``) in ``path``; from an offline engine:
+    ``engine.collective_rpc("mrope_write_stats", path=...)``."""
     with open(path, "w", encoding="utf-8") as file:
-        json.dump(stats(), file)
+        json.dump({"stats": stats(), "timings": timings()}, file)
 
 
 def reset_stats() -> None:
-    """Zero this process's counters."""
+    """Zero this process's counters and drop its timings."""
     for name in _STAT_NAMES:
         _stats[name] = 0
+    _timings.clear()
 
 
 def register() -> None:
@@ -242,11 +258,19 @@ def _get_rope_index(
     def sglang() -> tuple[Any, Any]:
         return _original("get_rope_index")(*args, **kwargs)
 
+    qwen2_5 = model_type == "qwen2_5_vl"
     family = None
-    if model_type in PROMPT_MODEL_TYPES and model_type != "glm4v":
-        if model_type != "qwen2_5_vl" or tokens_per_second is not None or video_grid_thw is None:
-            tps = None if model_type != "qwen2_5_vl" or tokens_per_second is None else float(tokens_per_second)
+    # SGLang's Qwen2.5-VL video time needs tokens_per_second: without it, SGLang's own path (and error)
+    if (
+        model_type in PROMPT_MODEL_TYPES
+        and model_type != "glm4v"
+        and (not qwen2_5 or tokens_per_second is not None or video_grid_thw is None)
+    ):
+        tps = float(tokens_per_second) if qwen2_5 and tokens_per_second is not None else None
+        try:
             family = _prompt_family(model_type, int(spatial_merge_size), image_token_id, video_token_id, tps)
+        except Exception as error:
+            _fall_back(f"{model_type} settings", error)
     if not _served_prompt(family, input_ids, kwargs):
         _stats["fallback_prompts"] += 1
         return sglang()
@@ -254,7 +278,12 @@ def _get_rope_index(
 
 
 def _get_rope_index_glm4v(
-    input_ids: Any, hf_config: Any, image_grid_thw: Any, video_grid_thw: Any, attention_mask: Any, **kwargs: Any
+    input_ids: Any,
+    hf_config: Any,
+    image_grid_thw: Any,
+    video_grid_thw: Any,
+    attention_mask: Any,
+    **kwargs: Any,
 ) -> tuple[Any, Any]:
     """``MRotaryEmbedding.get_rope_index_glm4v``: mrope's positions for GLM-4.1V prompts."""
 
@@ -287,6 +316,7 @@ def _serve_prompt(
 ) -> tuple[Any, Any]:
     """mrope's (position_ids (3, B, L), deltas (B, 1)) in SGLang's dtypes; SGLang's on any exception,
     and compared with SGLang's in check mode."""
+    start = time.perf_counter_ns()
     try:
         positions, deltas = mrope_get_rope_index(
             family,
@@ -305,13 +335,16 @@ def _serve_prompt(
     _stats["prompts"] += 1
     if _enabled.get("mode") != "check":
         return positions, deltas
+    middle = time.perf_counter_ns()
     expected, expected_deltas = sglang()
+    _record("prompt", int(input_ids.shape[1]), middle - start, time.perf_counter_ns() - middle)
     differ = (positions != expected).any(dim=0).nonzero()
     if differ.numel():
         row, column = (int(v) for v in differ[0])
+        ours, theirs = positions[:, row, column].tolist(), expected[:, row, column].tolist()
         raise MRopeError(
-            f"mrope check: {family.model_type} prompt (row {row} of the batch), column {column}: t, h, w = "
-            f"{positions[:, row, column].tolist()} from mrope, {expected[:, row, column].tolist()} from SGLang"
+            f"mrope check: {family.model_type} prompt (row {row} of the batch), column {column}: "
+            f"t, h, w = {ours} from mrope, {theirs} from SGLang"
         )
     if not bool((deltas.reshape(-1) == expected_deltas.reshape(-1).to(deltas.dtype)).all()):
         raise MRopeError(
@@ -348,6 +381,7 @@ def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:
         _stats["fallback_steps"] += 1
         return sglang(self, model_runner, batch)
     decode = self.forward_mode.is_decode()
+    start = time.perf_counter_ns()
     try:
         positions = table.decode(self, batch) if decode else table.extend(self, batch)
     except Exception as error:  # SGLang's path writes this step; never a failed step
@@ -357,7 +391,10 @@ def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:
         _stats["fallback_steps"] += 1
         return sglang(self, model_runner, batch)
     if _enabled.get("mode") == "check":
+        middle = time.perf_counter_ns()
         sglang(self, model_runner, batch)
+        kind = "decode" if decode else "extend"
+        _record(kind, len(batch.reqs), middle - start, time.perf_counter_ns() - middle)
         RunnerTable.compare(positions, self.mrope_positions, batch, 1 if decode else None)
         _stats["checked_steps"] += 1
     else:
@@ -365,7 +402,9 @@ def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:
     _stats["decode_steps" if decode else "extend_steps"] += 1
 
 
-def _compute_spec_mrope_positions(self: Any, model_runner: Any, batch: Any, seq_positions: Any = None) -> None:
+def _compute_spec_mrope_positions(
+    self: Any, model_runner: Any, batch: Any, seq_positions: Any = None
+) -> None:
     """``ForwardBatch.compute_spec_mrope_positions``: ``positions + delta[req_pool_indices]``."""
     sglang = _original("compute_spec_mrope_positions")
     table = _table(model_runner)

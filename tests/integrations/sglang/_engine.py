@@ -80,11 +80,30 @@ def prompts(model_type: str) -> list[list[tuple[str, list[Any]]]]:
         first,
         ("The quick brown fox jumps over the lazy dog. Tell me a story about the sea.", []),
         (f"{_LONG_TEXT} {img} Describe the image.", [long_image]),
-        (f"Compare {img} left and {img} right: one word.", [image(model_type, 2, 3, 3), image(model_type, 4, 2, 4)]),
+        (
+            f"Compare {img} left and {img} right: one word.",
+            [image(model_type, 2, 3, 3), image(model_type, 4, 2, 4)],
+        ),
         ("Count from one to ten, then back.", []),
     ]
     round2 = [(f"{_LONG_TEXT} {img} Now say what is missing.", [long_image]), first]
     return [round1, round2]
+
+
+def released_names(folder: Path) -> None:
+    """Rename a tiny Qwen2.5-VL's weights to the released checkpoints' names (``model.layers.*``,
+    ``visual.*``), which SGLang's loader expects (transformers 5 writes ``model.language_model.*`` and
+    ``model.visual.*``)."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    renamed = {}
+    for name, tensor in load_file(path).items():
+        for old, new in (("model.language_model.", "model."), ("model.visual.", "visual.")):
+            if name.startswith(old):
+                name = new + name[len(old) :]
+        renamed[name] = tensor
+    save_file(renamed, path, metadata={"format": "pt"})
 
 
 def run_engine(model_dir: str, model_type: str, mode: str, stats_path: Path) -> dict[str, Any]:
@@ -112,7 +131,7 @@ def run_engine(model_dir: str, model_type: str, mode: str, stats_path: Path) -> 
         scheduler = None
         if plugin.is_enabled():
             engine.collective_rpc(plugin.STATS_RPC, path=str(stats_path))
-            scheduler = json.loads(stats_path.read_text())
+            scheduler = json.loads(stats_path.read_text())["stats"]
     finally:
         engine.shutdown()
     return {"mode": mode, "tokens": tokens, "cached": cached, "main": plugin.stats(), "scheduler": scheduler}

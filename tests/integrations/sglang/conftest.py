@@ -45,21 +45,6 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None
 
 
-def _released_names(folder: Path) -> None:
-    """Qwen2.5-VL weights under the released checkpoints' names (transformers 5 writes
-    ``model.language_model.*`` and ``model.visual.*``)."""
-    from safetensors.torch import load_file, save_file
-
-    path = folder / "model.safetensors"
-    renamed = {}
-    for name, tensor in load_file(path).items():
-        for old, new in (("model.language_model.", "model."), ("model.visual.", "visual.")):
-            if name.startswith(old):
-                name = new + name[len(old) :]
-        renamed[name] = tensor
-    save_file(renamed, path, metadata={"format": "pt"})
-
-
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``checkpoint(family) -> Path``: the tiny checkpoint of ``qwen2_5_vl``, ``qwen3_vl`` or ``glm4v``."""
@@ -72,7 +57,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
         if family not in built:
             folder = _checkpoints.build(family, root / family, seed=0)
             if family == "qwen2_5_vl":
-                _released_names(folder)
+                _engine.released_names(folder)
             built[family] = folder
         return built[family]
 
@@ -80,7 +65,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
 
 
 @pytest.fixture(scope="session")
-def run_engines(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[int, str, list[dict[str, Any]]]]:
+def run_engines(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[..., tuple[int, str, list[dict[str, Any]]]]:
     """``run_engines(model_dir, modes, fault=None) -> (returncode, output, results)``: the engines of
     ``modes`` run one after another in a subprocess (``_engine.py``), with the test environment's fault
     (``"wrong"``, ``"raise"``) in its scheduler processes; ``results`` is empty when the process failed."""
@@ -91,7 +78,9 @@ def run_engines(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple
         count[0] += 1
         spec = root / f"run{count[0]}.json"
         model_type = json.loads((model_dir / "config.json").read_text())["model_type"]
-        spec.write_text(json.dumps({"model_dir": str(model_dir), "model_type": model_type, "modes": list(modes)}))
+        spec.write_text(
+            json.dumps({"model_dir": str(model_dir), "model_type": model_type, "modes": list(modes)})
+        )
         env = {**os.environ, **_engine.ENV, "SGLANG_CACHE_DIR": str(root / "cache")}
         env.pop(FAULT_VAR, None)
         if fault is not None:
