@@ -37,6 +37,10 @@ class RunnerTable:
         self.refused = np.zeros(size, dtype=bool)
         self.count, self.warn = count, warn
         self.host = torch.device(device).type == "cpu"
+        if self.host:  # compile (or load) the steps for SGLang's array types now, not at a step
+            none64, none32 = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+            self.table.fill(np.empty((3, 0), dtype=np.int64), none64, none32, none32)
+            self.table.decode(np.empty((3, 0), dtype=np.int64), none64, none64)
 
     def serves(self, batch: Any) -> bool:
         """Register the batch's new requests; whether mrope writes this step (no refused request)."""
@@ -79,18 +83,26 @@ class RunnerTable:
         self.table.add_positions(slot, mm.mrope_positions, delta)
 
     def extend(self, fb: Any, batch: Any) -> torch.Tensor:
-        """One ``fill`` of the extend step from the batch's device tensors: (3, extend_num_tokens)."""
+        """One ``fill`` of the extend step from the batch's own tensors: (3, extend_num_tokens)."""
         num = int(fb.extend_num_tokens)
+        if self.host:  # the tensors' numpy views: the compiled (or numpy) step, no torch op
+            out = np.empty((3, num), dtype=np.int64)
+            self.table.fill(
+                out, _view(fb.req_pool_indices), _view(fb.extend_prefix_lens), _view(fb.extend_seq_lens)
+            )
+            return torch.from_numpy(out)
         out = torch.empty((3, num), dtype=torch.int64, device=fb.seq_lens.device)
         self.table.fill(out, fb.req_pool_indices, fb.extend_prefix_lens, fb.extend_seq_lens, num_tokens=num)
-        self.verify()
         return out
 
     def decode(self, fb: Any, batch: Any) -> torch.Tensor:
-        """``seq_lens - 1 + delta[req_pool_indices]`` on the device: (3, batch_size)."""
+        """``seq_lens - 1 + delta[req_pool_indices]`` (on the device, from its own deltas): (3, batch_size)."""
+        if self.host:
+            out = np.empty((3, fb.seq_lens.shape[0]), dtype=np.int64)
+            self.table.decode(out, _view(fb.req_pool_indices), _view(fb.seq_lens))
+            return torch.from_numpy(out)
         out = torch.empty((3, fb.seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
         self.table.decode(out, fb.req_pool_indices, fb.seq_lens)
-        self.verify()
         return out
 
     def speculative(self, fb: Any, batch: Any, seq_positions: Any) -> torch.Tensor:
@@ -99,15 +111,14 @@ class RunnerTable:
             seq_positions = batch.spec_info.positions
         per_request = seq_positions.reshape(fb.seq_lens.shape[0], -1)
         slots = fb.req_pool_indices.repeat_interleave(per_request.shape[1])
-        out = torch.empty((3, per_request.numel()), dtype=torch.int64, device=fb.seq_lens.device)
-        self.table.decode(out, slots, per_request.reshape(-1).to(torch.int64) + 1)
-        self.verify()
-        return out
-
-    def verify(self) -> None:
-        """On the host, where it costs no synchronization, raise for bad input the device path counted."""
+        seq_lens = per_request.reshape(-1).to(torch.int64) + 1
         if self.host:
-            self.table.check()
+            out = np.empty((3, seq_lens.shape[0]), dtype=np.int64)
+            self.table.decode(out, _view(slots), _view(seq_lens))
+            return torch.from_numpy(out)
+        out = torch.empty((3, seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
+        self.table.decode(out, slots, seq_lens)
+        return out
 
     @staticmethod
     def compare(ours: torch.Tensor, sglang: torch.Tensor, batch: Any, per_request: int | None) -> None:
@@ -132,6 +143,11 @@ class RunnerTable:
             f"mrope check: request {rid!r} (slot {int(batch.req_pool_indices_cpu[i])}), column {column}: "
             f"t, h, w = {ours[:, column].tolist()} from mrope, {sglang[:, column].tolist()} from SGLang"
         )
+
+
+def _view(tensor: torch.Tensor) -> np.ndarray:
+    """A host tensor's numpy view (no copy)."""
+    return tensor.detach().numpy()
 
 
 def _rl_on_policy() -> bool:

@@ -14,9 +14,10 @@ a tensor built from the list). :func:`enable` replaces, in this process:
   SGLang's request slot (``req_pool_idx``). A slot is registered when its request first appears in a
   batch (a new generation of the slot in SGLang's request pool: slots are reused after a request ends)
   from SGLang's stored prompt positions, kept as segments (O(images + frames)); then every step is one
-  call on the device: extend ``fill`` from the batch's slot, prefix and extend-length tensors, decode
-  ``seq_lens - 1 + delta[req_pool_indices]``, with the table's deltas on the device: no host
-  synchronization, no host-to-device copy, shapes fixed by the batch.
+  table call from the batch's own tensors: extend ``fill`` from its slot, prefix and extend-length
+  tensors, decode ``seq_lens - 1 + delta[req_pool_indices]``. On a GPU it runs on the device with the
+  table's deltas there (no host synchronization, no host-to-device copy, shapes fixed by the batch);
+  on a CPU device on the tensors' numpy views (the compiled step where numba is installed).
 
 SGLang versions are accepted by the digest of the source of what the integration patches and relies
 on (:mod:`._sglang_audit`), never by the version string; any other release keeps SGLang's own path,
