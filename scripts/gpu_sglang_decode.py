@@ -21,7 +21,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -31,7 +30,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from _timing import format_table, median_us  # noqa: E402
-
 from mrope import PositionTable  # noqa: E402
 
 PROMPT = 300  # tokens per prompt: text, then a 16 x 16 image, then text
@@ -96,21 +94,24 @@ def timed(fn: Any, device: torch.device, repeats: int = 200) -> list[float]:
     return samples
 
 
+def row(size: int, device: torch.device) -> list[float]:
+    """``[size, SGLang us, mrope us, ratio]`` after the checks."""
+    table, inputs = build(size, device)
+    check(table, inputs, device)
+    out = torch.empty((3, size), dtype=torch.int64, device=device)
+    slots, seq_lens, deltas = inputs["slots"], inputs["seq_lens"], inputs["deltas"]
+    ours = median_us(timed(lambda: table.decode(out, slots, seq_lens), device))
+    theirs = median_us(timed(lambda: sglang_decode(seq_lens, deltas, device), device))
+    return [size, theirs, ours, theirs / ours]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="8,64,256")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     device = torch.device(args.device)
-    rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        table, inputs = build(size, device)
-        check(table, inputs, device)
-        out = torch.empty((3, size), dtype=torch.int64, device=device)
-        state = SimpleNamespace(**inputs)
-        ours = median_us(timed(lambda: table.decode(out, state.slots, state.seq_lens), device))
-        theirs = median_us(timed(lambda: sglang_decode(state.seq_lens, state.deltas, device), device))
-        rows.append([size, theirs, ours, theirs / ours])
+    rows = [row(int(size), device) for size in args.sizes.split(",")]
     print(f"SGLang decode positions on {device} (per step, synchronized; no host sync inside mrope's)")
     print(format_table(["running requests", "SGLang us", "mrope us", "SGLang / mrope"], rows))
 

@@ -96,7 +96,7 @@ class RunnerTable:
         return out
 
     def decode(self, fb: Any, batch: Any) -> torch.Tensor:
-        """``seq_lens - 1 + delta[req_pool_indices]`` (on the device, from its own deltas): (3, batch_size)."""
+        """``seq_lens - 1 + delta[req_pool_indices]`` (the deltas on the device): (3, batch_size)."""
         if self.host:
             out = np.empty((3, fb.seq_lens.shape[0]), dtype=np.int64)
             self.table.decode(out, _view(fb.req_pool_indices), _view(fb.seq_lens))

@@ -13,8 +13,9 @@ import pytest
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "glm4v")
 NUM_PROMPTS = 7  # both rounds of _engine.prompts
-# Qwen3-VL image-only prompts take SGLang's own offsets path, not get_rope_index (nothing to serve)
-SERVED_PROMPTS = {"qwen2_5_vl": 5, "qwen3_vl": 0, "glm4v": 5}
+# get_rope_index calls at least (the first round's three image prompts; SGLang caches the positions of a
+# prompt text and image grids it has seen); Qwen3-VL image-only prompts take SGLang's own offsets path
+SERVED_PROMPTS = {"qwen2_5_vl": 3, "qwen3_vl": 0, "glm4v": 3}
 IMAGE_PROMPTS = (0, 2, 3)  # first round's prompts with images
 
 
@@ -36,7 +37,7 @@ def test_mrope_serves_every_step(runs: dict[str, Any]) -> None:
     assert scheduler["reused_slots"] >= 2  # the second round's requests took the first round's slots
     assert scheduler["extend_steps"] > 0 and scheduler["decode_steps"] >= NUM_PROMPTS // 2
     assert scheduler["fallback_steps"] == scheduler["fallback_requests"] == 0
-    assert main["prompts"] == SERVED_PROMPTS[runs["family"]] and main["fallback_prompts"] == 0
+    assert main["prompts"] >= SERVED_PROMPTS[runs["family"]] and main["fallback_prompts"] == 0
 
 
 def test_check_mode_compares_every_step(runs: dict[str, Any]) -> None:
@@ -44,7 +45,7 @@ def test_check_mode_compares_every_step(runs: dict[str, Any]) -> None:
     assert check["tokens"] == runs["0"]["tokens"]
     scheduler = check["scheduler"]
     assert scheduler["checked_steps"] == scheduler["extend_steps"] + scheduler["decode_steps"] > 0
-    assert check["main"]["checked_prompts"] == SERVED_PROMPTS[runs["family"]]
+    assert check["main"]["checked_prompts"] == check["main"]["prompts"] >= SERVED_PROMPTS[runs["family"]]
 
 
 def test_radix_cache_hit_through_the_image(runs: dict[str, Any]) -> None:
