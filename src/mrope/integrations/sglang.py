@@ -377,11 +377,13 @@ def _table(model_runner: Any) -> RunnerTable | None:
 def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:
     """``ForwardBatch._compute_mrope_positions``: extend and decode positions in one table call."""
     sglang = _original("_compute_mrope_positions")
+    decode = self.forward_mode.is_decode()
+    if not decode and not self.forward_mode.is_extend(include_draft_extend_v2=True):
+        return sglang(self, model_runner, batch)  # SGLang's error for a mode it does not serve here
     table = _table(model_runner)
     if table is None or not table.serves(batch):
         _stats["fallback_steps"] += 1
         return sglang(self, model_runner, batch)
-    decode = self.forward_mode.is_decode()
     start = time.perf_counter_ns()
     try:
         positions = table.decode(self, batch) if decode else table.extend(self, batch)

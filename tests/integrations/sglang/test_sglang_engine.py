@@ -19,12 +19,25 @@ SERVED_PROMPTS = {"qwen2_5_vl": 3, "qwen3_vl": 0, "glm4v": 3}
 IMAGE_PROMPTS = (0, 2, 3)  # first round's prompts with images
 
 
+@pytest.fixture(scope="session")
+def family_runs(checkpoint: Any, run_engines: Any) -> Any:
+    """``family_runs(family)``: SGLang alone, with mrope, in check mode (one subprocess per family, run
+    once): ``{"family": ..., "0": ..., "1": ..., "check": ...}``."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def get(family: str) -> dict[str, Any]:
+        if family not in done:
+            code, output, results = run_engines(checkpoint(family), ["0", "1", "check"])
+            assert code == 0 and results, output[-4000:]
+            done[family] = {"family": family, **{r["mode"]: r for r in results}}
+        return done[family]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=FAMILIES)
-def runs(request: pytest.FixtureRequest, checkpoint: Any, run_engines: Any) -> dict[str, Any]:
-    """SGLang alone, with mrope, in check mode: one subprocess per family."""
-    code, output, results = run_engines(checkpoint(request.param), ["0", "1", "check"])
-    assert code == 0 and results, output[-4000:]
-    return {"family": request.param, **{r["mode"]: r for r in results}}
+def runs(request: pytest.FixtureRequest, family_runs: Any) -> dict[str, Any]:
+    return family_runs(request.param)
 
 
 def test_tokens_equal_with_mrope(runs: dict[str, Any]) -> None:
@@ -60,10 +73,9 @@ def qwen2_5_vl(checkpoint: Any) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(qwen2_5_vl: Path, run_engines: Any) -> list[list[list[int]]]:
-    code, output, results = run_engines(qwen2_5_vl, ["0"])
-    assert code == 0 and results, output[-4000:]
-    return results[0]["tokens"]
+def reference(family_runs: Any) -> list[list[list[int]]]:
+    """SGLang's own tokens on the Qwen2.5-VL prompts."""
+    return family_runs("qwen2_5_vl")["0"]["tokens"]
 
 
 def test_wrong_positions_change_the_tokens(qwen2_5_vl: Path, run_engines: Any, reference: Any) -> None:
