@@ -307,6 +307,36 @@ def _get_rope_index_glm4v(
     return _serve_prompt(family, sglang, input_ids, image_grid_thw, video_grid_thw, None)
 
 
+def _positions(
+    family: Family, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
+) -> tuple[Any, Any]:
+    """mrope's (position_ids (3, B, L), deltas (B, 1)) as SGLang returns them (int64, on the ids' device);
+    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views."""
+    import torch
+
+    if input_ids.shape[0] != 1 or input_ids.device.type != "cpu":
+        positions, deltas = mrope_get_rope_index(
+            family,
+            input_ids,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+        )
+        return positions.to(input_ids.dtype), deltas
+    positions, delta = family.positions(
+        input_ids[0].numpy(),
+        image_grid_thw=_host(image_grid_thw),
+        video_grid_thw=_host(video_grid_thw),
+        second_per_grid_ts=second_per_grid_ts,
+    )
+    return torch.from_numpy(positions).to(input_ids.dtype).unsqueeze(1), torch.tensor([[delta]])
+
+
+def _host(grid: Any) -> Any:
+    """A grid tensor's numpy view (lists and None as they are)."""
+    return grid.numpy() if hasattr(grid, "numpy") and grid.device.type == "cpu" else grid
+
+
 def _serve_prompt(
     family: Family,
     sglang: Callable[[], tuple[Any, Any]],
@@ -319,14 +349,7 @@ def _serve_prompt(
     and compared with SGLang's in check mode."""
     start = time.perf_counter_ns()
     try:
-        positions, deltas = mrope_get_rope_index(
-            family,
-            input_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-        )
-        positions = positions.to(input_ids.dtype)
+        positions, deltas = _positions(family, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
     except Exception as error:  # nothing mrope does may fail the engine
         if _enabled.get("mode") == "check":
             raise MRopeError(f"mrope check: {family.model_type} prompt refused: {error}") from error

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _tiny_vlms as tiny  # noqa: E402
 from _tiny_vlms import Image, Video  # noqa: E402
 
+import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations import _sglang_audit  # noqa: E402
 from mrope.integrations import sglang as plugin  # noqa: E402
@@ -109,15 +110,16 @@ def test_check_mode_raises_on_a_different_prompt(served: None, monkeypatch: pyte
     from sglang.srt.layers.rotary_embedding.mrope import MRotaryEmbedding
 
     plugin.enable("check")
-    served_function = plugin.mrope_get_rope_index
+    config, inputs = _prompt("qwen2_5_vl", PARTS["images"])
+    cls = type(mrope.from_config(config))
+    served_function = cls.positions
 
     def shifted(*args: Any, **kwargs: Any) -> Any:
-        positions, deltas = served_function(*args, **kwargs)
-        positions[1, :, -2] += 1
-        return positions, deltas
+        positions, delta = served_function(*args, **kwargs)
+        positions[1, -2] += 1
+        return positions, delta
 
-    monkeypatch.setattr(plugin, "mrope_get_rope_index", shifted)
-    config, inputs = _prompt("qwen2_5_vl", PARTS["images"])
+    monkeypatch.setattr(cls, "positions", shifted)
     with pytest.raises(MRopeError, match=r"mrope check: qwen2_5_vl prompt \(row 0 of the batch\), column"):
         MRotaryEmbedding.get_rope_index(*_qwen_args("qwen2_5_vl", config), **inputs)
 
@@ -129,8 +131,8 @@ def test_prompt_exception_falls_back(served: None, monkeypatch: pytest.MonkeyPat
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("broken")
 
-    monkeypatch.setattr(plugin, "mrope_get_rope_index", broken)
     config, inputs = _prompt("qwen2_5_vl", PARTS["mixed"])
+    monkeypatch.setattr(type(mrope.from_config(config)), "positions", broken)
     args = _qwen_args("qwen2_5_vl", config)
     got = MRotaryEmbedding.get_rope_index(*args, **inputs)
     assert torch.equal(got[0], mrope_rope_index.get_rope_index(*args, **inputs)[0])
