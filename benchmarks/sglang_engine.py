@@ -132,6 +132,7 @@ def main() -> None:
                     size,
                     kind,
                     result["n"],
+                    result["size"],
                     result["sglang_median_us"],
                     result["mrope_median_us"],
                     result["sglang_p99_us"],
@@ -144,11 +145,12 @@ def main() -> None:
         "B",
         "step",
         "steps",
+        "requests per step",
         "SGLang median us",
         "mrope median us",
         "SGLang p99 us",
         "mrope p99 us",
-        "speedup",
+        "speedup (median)",
         "target",
     ]
     print("Per-step positions (ForwardBatch._compute_mrope_positions), tiny Qwen2.5-VL, CPU")
