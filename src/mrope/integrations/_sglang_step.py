@@ -3,9 +3,11 @@ SGLang's request slot (``req_pool_idx``), and the extend, decode and speculative
 
 A slot's request is registered when the slot's generation in SGLang's request pool
 (``ReqToTokenPool.req_generation``, bumped at every allocation) differs from the one registered: a
-vectorized comparison per step, a Python call per new request only. Registration reads SGLang's stored
-prompt positions (``MultimodalInputs.mrope_positions``, computed in the tokenizer process: by mrope when
-the integration runs there) and keeps their segments; a text-only request is one text segment.
+vectorized comparison per step, a Python call per new request only. An image request is registered
+from its prompt, its items' grids and offsets (:meth:`PositionTable.add`, nothing scanned); a text-only
+request is one text segment; others (videos) from SGLang's stored prompt positions
+(``MultimodalInputs.mrope_positions``, computed in the tokenizer process: by mrope when the integration
+runs there), whose segments are kept. Either way the state is O(images + frames).
 """
 
 from __future__ import annotations
@@ -77,10 +79,18 @@ class RunnerTable:
         if mm is None:
             self.table.add(slot, self.family, req.origin_input_ids, image_offsets=[], video_offsets=[])
             return
+        images = _image_inputs(self.family, req.origin_input_ids, mm.mm_items)
+        if images is not None:
+            ids, grids, offsets = images
+            self.table.add(
+                slot, self.family, ids, image_grid_thw=grids, image_offsets=offsets, video_offsets=[]
+            )
+            return
         if mm.mrope_positions is None or mm.mrope_position_delta is None:
             raise MRopeError("a multimodal request without stored M-RoPE positions")
         delta = int(mm.mrope_position_delta.reshape(-1)[0])
         self.table.add_positions(slot, mm.mrope_positions, delta)
+        self.count("from_positions")
 
     def extend(self, fb: Any, batch: Any) -> torch.Tensor:
         """One ``fill`` of the extend step from the batch's own tensors: (3, extend_num_tokens)."""
@@ -143,6 +153,28 @@ class RunnerTable:
             f"mrope check: request {rid!r} (slot {int(batch.req_pool_indices_cpu[i])}), column {column}: "
             f"t, h, w = {ours[:, column].tolist()} from mrope, {sglang[:, column].tolist()} from SGLang"
         )
+
+
+def _image_inputs(
+    family: Family, input_ids: Any, items: Any
+) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """A request of images only, as :meth:`PositionTable.add` takes it: the prompt with each image's
+    placeholder ids back (SGLang's scheduler holds them replaced by the image's hash values, for its
+    radix cache), the grids and the offsets of SGLang's items; None for anything else (videos, an
+    item of several ranges or without its grid: SGLang's stored positions serve those)."""
+    grids, offsets = [], []
+    for item in items:
+        grid = item.model_specific_data.get("image_grid_thw") if item.is_image() else None
+        if grid is None or item.offsets is None or len(item.offsets) != 1:
+            return None
+        grids.append(np.asarray(grid, dtype=np.int64).reshape(-1, 3))
+        offsets.append(item.offsets[0])
+    if not offsets:
+        return None
+    ids = np.array(input_ids, dtype=np.int64)
+    for start, end in offsets:  # one slice per image, at admission
+        ids[start : end + 1] = family.image_token_id
+    return ids, np.concatenate(grids), [start for start, _ in offsets]
 
 
 def _view(tensor: torch.Tensor) -> np.ndarray:

@@ -13,7 +13,8 @@ a tensor built from the list). :func:`enable` replaces, in this process:
   (speculative decoding), scheduler process: one :class:`mrope.PositionTable` per model runner keyed by
   SGLang's request slot (``req_pool_idx``). A slot is registered when its request first appears in a
   batch (a new generation of the slot in SGLang's request pool: slots are reused after a request ends)
-  from SGLang's stored prompt positions, kept as segments (O(images + frames)); then every step is one
+  from its prompt, grids and offsets (image requests; videos from SGLang's stored prompt positions),
+  kept as segments (O(images + frames)); then every step is one
   table call from the batch's own tensors: extend ``fill`` from its slot, prefix and extend-length
   tensors, decode ``seq_lens - 1 + delta[req_pool_indices]``. On a GPU it runs on the device with the
   table's deltas there (no host synchronization, no host-to-device copy, shapes fixed by the batch);
@@ -71,6 +72,7 @@ _STAT_NAMES = (
     "prompts",  # prompt positions mrope computed (tokenizer process)
     "admitted",  # requests registered in a table (scheduler process)
     "reused_slots",  # registrations in a slot that held an earlier request
+    "from_positions",  # registrations from SGLang's stored prompt positions (not from grids)
     "extend_steps",  # extend steps whose positions mrope wrote
     "decode_steps",  # decode steps whose positions mrope wrote
     "spec_steps",  # speculative steps whose positions mrope wrote
@@ -152,8 +154,8 @@ def is_enabled() -> str | None:
 
 def stats() -> dict[str, int]:
     """This process's counters (prompts in the tokenizer process, steps in the scheduler process):
-    prompts, admitted, reused_slots, extend_steps, decode_steps, spec_steps, checked_prompts, checked_steps,
-    fallback_prompts, fallback_requests, fallback_steps."""
+    prompts, admitted, reused_slots, from_positions, extend_steps, decode_steps, spec_steps,
+    checked_prompts, checked_steps, fallback_prompts, fallback_requests, fallback_steps."""
     return dict(_stats)
 
 

@@ -50,6 +50,7 @@ def test_mrope_serves_every_step(runs: dict[str, Any]) -> None:
     assert scheduler["reused_slots"] >= 2  # the second round's requests took the first round's slots
     assert scheduler["extend_steps"] > 0 and scheduler["decode_steps"] >= NUM_PROMPTS // 2
     assert scheduler["fallback_steps"] == scheduler["fallback_requests"] == 0
+    assert scheduler["from_positions"] == 0  # image requests: from their prompt, grids and offsets
     assert main["prompts"] >= SERVED_PROMPTS[runs["family"]] and main["fallback_prompts"] == 0
 
 
