@@ -29,8 +29,16 @@ class RunnerTable:
     """A model runner's table, the generation registered per slot, and the slots mrope refused."""
 
     def __init__(
-        self, family: Family, pool: Any, device: Any, count: Callable[[str], None], warn: Any
+        self,
+        family: Family,
+        pool: Any,
+        device: Any,
+        count: Callable[[str], None],
+        warn: Any,
+        host: bool | None = None,
     ) -> None:
+        """``host``: the numpy step on the tensors' host memory (default: where ``device`` is the CPU),
+        else the torch step on ``device``."""
         size = int(pool.req_generation.shape[0])  # every row of SGLang's pool, its padding row 0 included
         self.family = family
         self.pool = pool
@@ -38,7 +46,7 @@ class RunnerTable:
         self.generation = np.full(size, -1, dtype=np.int64)
         self.refused = np.zeros(size, dtype=bool)
         self.count, self.warn = count, warn
-        self.host = torch.device(device).type == "cpu"
+        self.host = torch.device(device).type == "cpu" if host is None else host
         if self.host:  # compile (or load) the steps for SGLang's array types now, not at a step
             none64, none32 = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
             self.table.fill(np.empty((3, 0), dtype=np.int64), none64, none32, none32)
