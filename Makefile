@@ -14,10 +14,20 @@ DOCS_VENV := .venv-docs
 # The documentation site's tools, pinned (mkdocstrings reads src/ without importing mrope).
 DOCS_TOOLS := mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
+# SGLang's engine lives in its own environment too (transformers<5.20 as well; sglang's GPU stack left out).
+SGLANG_VENV := .venv-sglang
+SGLANG_BIN := $(SGLANG_VENV)/bin
+SGLANG_ENGINE_PINS := triton==3.9.0 xgrammar==0.2.7
+# SGLang's runtime dependencies on this CPU, by name (installing sglang with its dependencies pulls CUDA).
+SGLANG_DEPS := numpy transformers==5.19.0 safetensors pillow fastapi uvicorn pyzmq psutil pydantic orjson \
+	msgspec requests aiohttp setproctitle pybase64 einops tqdm packaging uvloop python-multipart \
+	prometheus-client interegular partial_json_parser xxhash sentencepiece scipy pyyaml ipython dill \
+	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai numba==0.65.0
+SGLANG_ENV_FIX := tests/sglang_env/_mrope_sglang_env.py tests/sglang_env/mrope_sglang_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
 
-.PHONY: venv venv-vllm test test-vllm test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-transformers docs docs-pictures clean
+.PHONY: venv venv-vllm venv-sglang test test-vllm test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -51,6 +61,25 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 
 venv-vllm: $(VLLM_BIN)/.installed
 
+# SGLang 0.5.23's offline engine on this CPU (about 3 minutes): sglang and its CPU dependencies by name,
+# the torchvision fix-up of the vLLM environment, and a start-up hook (.pth) that serves a stand-in
+# sgl_kernel (CUDA-only upstream) in every process. mrope is installed (editable, no deps) so that its
+# sglang.srt.plugins entry point is registered.
+$(SGLANG_BIN)/.installed: pyproject.toml Makefile $(SGLANG_ENV_FIX) $(VLLM_ENV_FIX)
+	$(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_BIN)/pip install -q --upgrade pip
+	$(SGLANG_BIN)/pip install -q $(TORCH)
+	$(SGLANG_BIN)/pip install -q --no-deps $(SGLANG) $(SGLANG_ENGINE_PINS) $(TORCHVISION)
+	$(SGLANG_BIN)/pip install -q $(SGLANG_DEPS) $(TORCH) 'pytest>=8' 'hypothesis>=6.100'
+	cp $(SGLANG_ENV_FIX) $(VLLM_ENV_FIX) "$$($(SGLANG_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(SGLANG_BIN)/pip install -q --no-deps -e .
+	$(SGLANG_BIN)/python -c "import torchvision.transforms.v2, sglang.srt.model_executor.forward_batch_info, mrope; \
+		from importlib.metadata import entry_points; \
+		assert 'mrope' in entry_points(group='sglang.srt.plugins').names, 'mrope plugin not registered'"
+	touch $@
+
+venv-sglang: $(SGLANG_BIN)/.installed
+
 $(NUMPY_VENV)/bin/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(NUMPY_VENV)
 	$(NUMPY_VENV)/bin/pip install -q 'numpy>=1.24' 'pytest>=8' 'hypothesis>=6.100'
@@ -74,9 +103,10 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-test: venv lint venv-vllm
-	$(BIN)/python -m pytest --ignore=tests/integrations/vllm
+test: venv lint venv-vllm venv-sglang
+	$(BIN)/python -m pytest --ignore=tests/integrations/vllm --ignore=tests/integrations/sglang
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
+	$(SGLANG_BIN)/python -m pytest tests/integrations/sglang
 	$(MAKE) test-numpy
 	$(MAKE) docs
 
@@ -88,13 +118,17 @@ test-numpy: $(NUMPY_VENV)/bin/.installed
 
 # Many more hypothesis examples, random (the "long" profile); CI's profile stays derandomized.
 test-long: venv
-	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --ignore=tests/integrations/vllm
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --ignore=tests/integrations/vllm --ignore=tests/integrations/sglang
+
+# The SGLang tests alone (engines on the CPU, a few minutes).
+test-sglang: venv-sglang
+	$(SGLANG_BIN)/python -m pytest tests/integrations/sglang
 
 # The vLLM end-to-end tests alone.
 test-vllm: venv-vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
 
-bench: venv venv-vllm
+bench: venv venv-vllm venv-sglang
 	$(BIN)/python benchmarks/step.py --json bench-results/step.json
 	$(BIN)/python benchmarks/prefill.py --json bench-results/prefill.json
 	$(BIN)/python benchmarks/transformers_generate.py --json bench-results/transformers-generate.json
@@ -103,6 +137,7 @@ bench: venv venv-vllm
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
 	$(MAKE) bench-vllm-v2
+	$(MAKE) bench-sglang
 
 # transformers with and without mrope's patch: generate's prefill position step, a tiny Omni prefill,
 # data-pipeline samples per second against get_rope_index per sample.
@@ -117,6 +152,11 @@ bench-vllm-engine: venv-vllm
 # 8k and 32k-token videos and the first seed's image prompt, and the bytes of each state at 1024 x 262144.
 bench-vllm-v2: venv-vllm
 	$(VLLM_BIN)/python benchmarks/vllm_v2.py --json bench-results/vllm-v2.json
+
+# The plugin inside SGLang's CPU engine: per-step positions (ForwardBatch._compute_mrope_positions) and
+# prompt positions, SGLang's own against mrope's, 8/64/256 running requests.
+bench-sglang: venv-sglang
+	$(SGLANG_BIN)/python benchmarks/sglang_engine.py --json bench-results/sglang-engine.json
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:
@@ -139,4 +179,4 @@ bench-rotary: venv
 	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

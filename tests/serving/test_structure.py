@@ -9,7 +9,13 @@ from pathlib import Path
 import mrope
 
 PACKAGE = Path(mrope.__file__).parent
-OWN = ("mrope.serving", "mrope.integrations.vllm", "mrope.integrations._vllm_inputs")
+OWN = (
+    "mrope.serving",
+    "mrope.integrations.vllm",
+    "mrope.integrations._vllm_inputs",
+    "mrope.integrations.sglang",
+    "mrope.integrations._sglang",
+)
 
 
 def _module_name(path: Path) -> str:

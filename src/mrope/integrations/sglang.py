@@ -1,0 +1,456 @@
+"""mrope inside SGLang: SGLang's M-RoPE prompt positions and every step's positions served by mrope.
+
+SGLang computes a request's prompt positions in its tokenizer process with a torch loop per item
+(``MRotaryEmbedding.get_rope_index``) and keeps them as a (3, L) tensor per request; each step its
+``ForwardBatch._compute_mrope_positions`` loops over the batch in Python (extend: slices of each
+request's positions, a concatenation, a copy to the device; decode: each delta read with ``.item()``,
+a tensor built from the list). :func:`enable` replaces, in this process:
+
+- ``MRotaryEmbedding.get_rope_index`` and ``get_rope_index_glm4v`` (prompt positions, tokenizer
+  process): :func:`mrope.get_rope_index` for the model types of :data:`PROMPT_MODEL_TYPES`, the same
+  tensors; SGLang's own function for anything else (audio, other models);
+- ``ForwardBatch._compute_mrope_positions`` (extend and decode) and ``compute_spec_mrope_positions``
+  (speculative decoding), scheduler process: one :class:`mrope.PositionTable` per model runner keyed by
+  SGLang's request slot (``req_pool_idx``). A slot is registered when its request first appears in a
+  batch (a new generation of the slot in SGLang's request pool: slots are reused after a request ends)
+  from its prompt, grids and offsets (image requests; videos from SGLang's stored prompt positions),
+  kept as segments (O(images + frames)); then every step is one
+  table call from the batch's own tensors: extend ``fill`` from its slot, prefix and extend-length
+  tensors, decode ``seq_lens - 1 + delta[req_pool_indices]``. On a GPU it runs on the device with the
+  table's deltas there (no host synchronization, no host-to-device copy, shapes fixed by the batch);
+  on a CPU device on the tensors' numpy views (the compiled step where numba is installed).
+
+SGLang versions are accepted by the digest of the source of what the integration patches and relies
+on (:mod:`._sglang_audit`), never by the version string; any other release keeps SGLang's own path,
+with a warning. Nothing mrope does fails the engine: any exception hands the prompt, or the step's
+batch, to SGLang's own path (logged once per kind, counted in :func:`stats`); a request mrope cannot
+register keeps every batch it is in on SGLang's path. What always takes SGLang's path: models outside
+:data:`STEP_MODEL_TYPES`, sessions (multi-turn requests whose history outgrows the stored positions),
+``rl_on_policy_target``, request pools without a generation counter.
+
+``mode="check"`` computes SGLang's positions too and compares them at every prompt and every step:
+a difference raises :class:`MRopeError` naming the request, the column and both values. It also
+times both paths (:func:`timings`; the benchmark ``benchmarks/sglang_engine.py`` reads them).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import MRopeError
+from ..batch import get_rope_index as mrope_get_rope_index
+from ..families import Family, from_config
+from ._sglang_audit import AUDITED, installed_release
+from ._sglang_step import RunnerTable, runner_table
+
+MODES = ("mrope", "check")
+#: the environment variable the entry point reads: ``1`` (or ``mrope``), ``check``; anything else: off
+ENV_VAR = "MROPE_SGLANG"
+#: the scheduler method :func:`enable` adds: ``engine.collective_rpc(STATS_RPC, path=...)`` writes the
+#: scheduler process's counters to ``path`` (JSON)
+STATS_RPC = "mrope_write_stats"
+#: SGLang releases whose code the integration was audited against (by source digest)
+AUDITED_RELEASES = tuple(AUDITED)
+#: model types whose SGLang prompt positions mrope reproduces (compared with SGLang's own functions)
+PROMPT_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
+#: model types whose step positions mrope serves (any M-RoPE model whose decode is ``index + delta``)
+STEP_MODEL_TYPES = PROMPT_MODEL_TYPES
+#: the settings under which mrope's positions are SGLang's: text after a block at ``max(block) + 1``,
+#: Qwen2.5-VL's scaled video time in float32
+SGLANG_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float32"}
+
+logger = logging.getLogger(__name__)
+
+_STAT_NAMES = (
+    "prompts",  # prompt positions mrope computed (tokenizer process)
+    "admitted",  # requests registered in a table (scheduler process)
+    "reused_slots",  # registrations in a slot that held an earlier request
+    "from_positions",  # registrations from SGLang's stored prompt positions (not from grids)
+    "extend_steps",  # extend steps whose positions mrope wrote
+    "decode_steps",  # decode steps whose positions mrope wrote
+    "spec_steps",  # speculative steps whose positions mrope wrote
+    "checked_prompts",  # check mode: prompts compared with SGLang's
+    "checked_steps",  # check mode: steps compared with SGLang's
+    "fallback_prompts",  # prompts SGLang's own function computed (not served, or an exception)
+    "fallback_requests",  # requests mrope could not register (their batches take SGLang's path)
+    "fallback_steps",  # steps SGLang's own path wrote in a patched process
+)
+_stats: dict[str, int] = dict.fromkeys(_STAT_NAMES, 0)
+_enabled: dict[str, Any] = {}  # "mode"
+#: the most check-mode timings kept per process (:func:`timings`)
+MAX_TIMINGS = 100_000
+_timings: collections.deque[tuple[str, int, int, int]] = collections.deque(maxlen=MAX_TIMINGS)
+_patches: list[tuple[Any, str, Any]] = []  # (owner, name, original attribute as stored in the class)
+_warned: set[str] = set()
+
+
+def enable(mode: str = "mrope") -> None:
+    """Serve SGLang's M-RoPE positions from mrope in this process (prompts and steps).
+
+    Parameters
+    ----------
+    mode : ``"mrope"`` (mrope's positions are used) or ``"check"`` (SGLang's are used; mrope's are
+        computed beside them and compared; a difference raises :class:`MRopeError`).
+
+    Raises
+    ------
+    MRopeError
+        An unknown mode, SGLang not installed, or an SGLang whose patched code differs from every
+        audited release (the message names what differs).
+    """
+    if mode not in MODES:
+        raise MRopeError(f"mode must be one of {MODES}, got {mode!r}")
+    release, differing = installed_release()
+    if release is None:
+        named = ", ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")
+        raise MRopeError(
+            f"SGLang: the code mrope's integration patches differs from every audited release "
+            f"({', '.join(AUDITED_RELEASES)}) or is missing: {named}; SGLang's own M-RoPE path stays"
+        )
+    if _enabled:
+        if _enabled["mode"] == mode:
+            return
+        disable()
+    from sglang.srt.layers.rotary_embedding.mrope import MRotaryEmbedding
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    replacements = {
+        (MRotaryEmbedding, "get_rope_index"): staticmethod(_get_rope_index),
+        (MRotaryEmbedding, "get_rope_index_glm4v"): staticmethod(_get_rope_index_glm4v),
+        (ForwardBatch, "_compute_mrope_positions"): _compute_mrope_positions,
+        (ForwardBatch, "compute_spec_mrope_positions"): _compute_spec_mrope_positions,
+        (Scheduler, STATS_RPC): _write_stats,  # added: no original
+    }
+    _enabled["mode"] = mode
+    for (owner, name), replacement in replacements.items():
+        _patches.append((owner, name, vars(owner).get(name)))
+        setattr(owner, name, replacement)
+
+
+def disable() -> None:
+    """Restore SGLang's own M-RoPE path in this process (SGLang's stored positions are never removed,
+    so running requests go on with it)."""
+    for owner, name, original in reversed(_patches):
+        if original is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+    _patches.clear()
+    _enabled.clear()
+
+
+def is_enabled() -> str | None:
+    """The mode enabled in this process, or None."""
+    return _enabled.get("mode")
+
+
+def stats() -> dict[str, int]:
+    """This process's counters (prompts in the tokenizer process, steps in the scheduler process):
+    prompts, admitted, reused_slots, from_positions, extend_steps, decode_steps, spec_steps,
+    checked_prompts, checked_steps, fallback_prompts, fallback_requests, fallback_steps."""
+    return dict(_stats)
+
+
+def timings() -> list[tuple[str, int, int, int]]:
+    """Check mode's timings in this process, oldest first (the last :data:`MAX_TIMINGS`): ``(kind,
+    size, mrope_ns, sglang_ns)`` per prompt (``"prompt"``, size: its tokens) and per step (``"extend"``,
+    ``"decode"``, size: its requests), each path's host time (device work is queued, not waited for)."""
+    return list(_timings)
+
+
+def _record(kind: str, size: int, mrope_ns: int, sglang_ns: int) -> None:
+    _timings.append((kind, size, mrope_ns, sglang_ns))
+
+
+def _write_stats(scheduler: Any, path: str) -> None:
+    """``Scheduler.mrope_write_stats(path)``: this scheduler process's :func:`stats` and :func:`timings`
+    as JSON (``{"stats": ..., "timings": ...}``) in ``path``; from an offline engine:
+    ``engine.collective_rpc("mrope_write_stats", path=...)``."""
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump({"stats": stats(), "timings": timings()}, file)
+
+
+def reset_stats() -> None:
+    """Zero this process's counters and drop its timings."""
+    for name in _STAT_NAMES:
+        _stats[name] = 0
+    _timings.clear()
+
+
+def register() -> None:
+    """The ``sglang.srt.plugins`` entry point (``mrope``), which SGLang calls in every process: enables
+    the integration when ``MROPE_SGLANG`` is ``1``/``mrope`` or ``check``, does nothing otherwise. Never
+    raises: on an unaudited SGLang it logs a warning and leaves SGLang alone."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value in ("", "0", "false", "off", "no"):
+        return
+    mode = "mrope" if value in ("1", "true", "on", "yes", "mrope") else value
+    try:
+        enable(mode)
+    except Exception as error:  # never fails SGLang: on any error, SGLang runs unchanged
+        logger.warning("mrope: %s; SGLang's own M-RoPE path stays", error)
+
+
+def _original(name: str) -> Callable[..., Any]:
+    """SGLang's own function or method replaced under ``name`` (a staticmethod unwrapped)."""
+    for _owner, patched, original in _patches:
+        if patched == name:
+            return original.__func__ if isinstance(original, staticmethod) else original
+    raise MRopeError(f"mrope's SGLang integration has not patched {name}")
+
+
+def _fall_back(kind: str, error: BaseException) -> None:
+    """Log (once per kind of failure) why SGLang's own path serves this prompt or step."""
+    key = f"{kind}: {type(error).__name__}"
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning("mrope: %s: %s; SGLang's own M-RoPE path serves it", kind, error)
+
+
+# -- prompt positions (tokenizer process) -----------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _prompt_family(
+    model_type: str, merge: int, image_id: int, video_id: int, tokens_per_second: float | None
+) -> Family:
+    config: dict[str, Any] = {
+        "model_type": model_type,
+        "image_token_id": image_id,
+        "video_token_id": video_id,
+        "vision_config": {"spatial_merge_size": merge},
+    }
+    if tokens_per_second is not None:
+        config["vision_config"]["tokens_per_second"] = tokens_per_second
+    return from_config(config, **SGLANG_SETTINGS)
+
+
+def _served_prompt(family: Family | None, input_ids: Any, kwargs: dict[str, Any]) -> bool:
+    return (
+        family is not None
+        and input_ids is not None
+        and getattr(input_ids, "ndim", 0) == 2
+        and not kwargs.get("use_audio_in_video")
+        and kwargs.get("audio_seqlens") is None
+    )
+
+
+def _get_rope_index(
+    spatial_merge_size: int,
+    image_token_id: int,
+    video_token_id: int,
+    vision_start_token_id: int,
+    model_type: str,
+    tokens_per_second: float | None = None,
+    input_ids: Any = None,
+    image_grid_thw: Any = None,
+    video_grid_thw: Any = None,
+    second_per_grid_ts: Any = None,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """``MRotaryEmbedding.get_rope_index``: mrope's positions for :data:`PROMPT_MODEL_TYPES`."""
+    args = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type)
+    args += (tokens_per_second, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
+
+    def sglang() -> tuple[Any, Any]:
+        return _original("get_rope_index")(*args, **kwargs)
+
+    qwen2_5 = model_type == "qwen2_5_vl"
+    family = None
+    # SGLang's Qwen2.5-VL video time needs tokens_per_second: without it, SGLang's own path (and error)
+    if (
+        model_type in PROMPT_MODEL_TYPES
+        and model_type != "glm4v"
+        and (not qwen2_5 or tokens_per_second is not None or video_grid_thw is None)
+    ):
+        tps = float(tokens_per_second) if qwen2_5 and tokens_per_second is not None else None
+        try:
+            family = _prompt_family(model_type, int(spatial_merge_size), image_token_id, video_token_id, tps)
+        except Exception as error:
+            _fall_back(f"{model_type} settings", error)
+    if not _served_prompt(family, input_ids, kwargs):
+        _stats["fallback_prompts"] += 1
+        return sglang()
+    return _serve_prompt(family, sglang, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
+
+
+def _get_rope_index_glm4v(
+    input_ids: Any,
+    hf_config: Any,
+    image_grid_thw: Any,
+    video_grid_thw: Any,
+    attention_mask: Any,
+    **kwargs: Any,
+) -> tuple[Any, Any]:
+    """``MRotaryEmbedding.get_rope_index_glm4v``: mrope's positions for GLM-4.1V prompts."""
+
+    def sglang() -> tuple[Any, Any]:
+        return _original("get_rope_index_glm4v")(
+            input_ids, hf_config, image_grid_thw, video_grid_thw, attention_mask, **kwargs
+        )
+
+    family = None
+    try:
+        if getattr(hf_config, "model_type", None) == "glm4v" and (
+            attention_mask is None or bool(attention_mask.all())
+        ):
+            family = from_config(hf_config, **SGLANG_SETTINGS)
+    except Exception as error:
+        _fall_back("GLM-4.1V config", error)
+    if not _served_prompt(family, input_ids, kwargs):
+        _stats["fallback_prompts"] += 1
+        return sglang()
+    return _serve_prompt(family, sglang, input_ids, image_grid_thw, video_grid_thw, None)
+
+
+def _positions(
+    family: Family, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
+) -> tuple[Any, Any]:
+    """mrope's (position_ids (3, B, L), deltas (B, 1)) as SGLang returns them (int64, on the ids' device);
+    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views."""
+    import torch
+
+    if input_ids.shape[0] != 1 or input_ids.device.type != "cpu":
+        positions, deltas = mrope_get_rope_index(
+            family,
+            input_ids,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+        )
+        return positions.to(input_ids.dtype), deltas
+    positions, delta = family.positions(
+        input_ids[0].numpy(),
+        image_grid_thw=_host(image_grid_thw),
+        video_grid_thw=_host(video_grid_thw),
+        second_per_grid_ts=second_per_grid_ts,
+    )
+    return torch.from_numpy(positions).to(input_ids.dtype).unsqueeze(1), torch.tensor([[delta]])
+
+
+def _host(grid: Any) -> Any:
+    """A grid tensor's numpy view (lists and None as they are)."""
+    return grid.numpy() if hasattr(grid, "numpy") and grid.device.type == "cpu" else grid
+
+
+def _serve_prompt(
+    family: Family,
+    sglang: Callable[[], tuple[Any, Any]],
+    input_ids: Any,
+    image_grid_thw: Any,
+    video_grid_thw: Any,
+    second_per_grid_ts: Any,
+) -> tuple[Any, Any]:
+    """mrope's (position_ids (3, B, L), deltas (B, 1)) in SGLang's dtypes; SGLang's on any exception,
+    and compared with SGLang's in check mode."""
+    start = time.perf_counter_ns()
+    try:
+        positions, deltas = _positions(family, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
+    except Exception as error:  # nothing mrope does may fail the engine
+        if _enabled.get("mode") == "check":
+            raise MRopeError(f"mrope check: {family.model_type} prompt refused: {error}") from error
+        _fall_back(f"{family.model_type} prompt positions", error)
+        _stats["fallback_prompts"] += 1
+        return sglang()
+    _stats["prompts"] += 1
+    if _enabled.get("mode") != "check":
+        return positions, deltas
+    middle = time.perf_counter_ns()
+    expected, expected_deltas = sglang()
+    _record("prompt", int(input_ids.shape[1]), middle - start, time.perf_counter_ns() - middle)
+    differ = (positions != expected).any(dim=0).nonzero()
+    if differ.numel():
+        row, column = (int(v) for v in differ[0])
+        ours, theirs = positions[:, row, column].tolist(), expected[:, row, column].tolist()
+        raise MRopeError(
+            f"mrope check: {family.model_type} prompt (row {row} of the batch), column {column}: "
+            f"t, h, w = {ours} from mrope, {theirs} from SGLang"
+        )
+    if not bool((deltas.reshape(-1) == expected_deltas.reshape(-1).to(deltas.dtype)).all()):
+        raise MRopeError(
+            f"mrope check: {family.model_type} prompt deltas {deltas.reshape(-1).tolist()} from mrope, "
+            f"{expected_deltas.reshape(-1).tolist()} from SGLang"
+        )
+    _stats["checked_prompts"] += 1
+    return expected, expected_deltas
+
+
+# -- step positions (scheduler process) ----------------------------------------------------------------
+def _count(name: str) -> None:
+    _stats[name] += 1
+
+
+def _step_family(hf_config: Any) -> Family | None:
+    """The family a model runner's steps are served with (None: SGLang's path, logged)."""
+    model_type = getattr(hf_config, "model_type", None)
+    if model_type not in STEP_MODEL_TYPES:
+        _fall_back("model", MRopeError(f"SGLang's {model_type} positions are not served by mrope"))
+        return None
+    return from_config(hf_config, **SGLANG_SETTINGS)
+
+
+def _table(model_runner: Any) -> RunnerTable | None:
+    return runner_table(model_runner, _step_family, _count, _fall_back)
+
+
+def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:
+    """``ForwardBatch._compute_mrope_positions``: extend and decode positions in one table call."""
+    sglang = _original("_compute_mrope_positions")
+    decode = self.forward_mode.is_decode()
+    if not decode and not self.forward_mode.is_extend(include_draft_extend_v2=True):
+        return sglang(self, model_runner, batch)  # SGLang's error for a mode it does not serve here
+    table = _table(model_runner)
+    if table is None or not table.serves(batch):
+        _stats["fallback_steps"] += 1
+        return sglang(self, model_runner, batch)
+    start = time.perf_counter_ns()
+    try:
+        positions = table.decode(self, batch) if decode else table.extend(self, batch)
+    except Exception as error:  # SGLang's path writes this step; never a failed step
+        if _enabled.get("mode") == "check":
+            raise MRopeError(f"mrope check: step refused: {error}") from error
+        _fall_back("step", error)
+        _stats["fallback_steps"] += 1
+        return sglang(self, model_runner, batch)
+    if _enabled.get("mode") == "check":
+        middle = time.perf_counter_ns()
+        sglang(self, model_runner, batch)
+        kind = "decode" if decode else "extend"
+        _record(kind, len(batch.reqs), middle - start, time.perf_counter_ns() - middle)
+        RunnerTable.compare(positions, self.mrope_positions, batch, 1 if decode else None)
+        _stats["checked_steps"] += 1
+    else:
+        self.mrope_positions = positions
+    _stats["decode_steps" if decode else "extend_steps"] += 1
+
+
+def _compute_spec_mrope_positions(
+    self: Any, model_runner: Any, batch: Any, seq_positions: Any = None
+) -> None:
+    """``ForwardBatch.compute_spec_mrope_positions``: ``positions + delta[req_pool_indices]``."""
+    sglang = _original("compute_spec_mrope_positions")
+    table = _table(model_runner)
+    if table is None or not table.serves(batch):
+        _stats["fallback_steps"] += 1
+        return sglang(self, model_runner, batch, seq_positions)
+    try:
+        positions = table.speculative(self, batch, seq_positions)
+    except Exception as error:
+        if _enabled.get("mode") == "check":
+            raise MRopeError(f"mrope check: speculative step refused: {error}") from error
+        _fall_back("speculative step", error)
+        _stats["fallback_steps"] += 1
+        return sglang(self, model_runner, batch, seq_positions)
+    if _enabled.get("mode") == "check":
+        sglang(self, model_runner, batch, seq_positions)
+        RunnerTable.compare(positions, self.mrope_positions, batch, positions.shape[1] // len(batch.reqs))
+        _stats["checked_steps"] += 1
+    else:
+        self.mrope_positions = positions
+    _stats["spec_steps"] += 1
