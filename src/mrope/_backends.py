@@ -22,6 +22,19 @@ OFF_VALUES = ("0", "false", "off", "no")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+#: the values of an integration's environment variable (``MROPE_VLLM``, ``MROPE_SGLANG``) that mean "on"
+ON_VALUES = ("1", "true", "on", "yes", "mrope")
+
+
+def env_mode(name: str) -> str | None:
+    """The mode an integration's environment variable asks for: None (unset or off), ``"mrope"`` (on), or
+    the value as written (``"check"``; ``enable`` refuses anything else)."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", *OFF_VALUES):
+        return None
+    return "mrope" if value in ON_VALUES else value
+
+
 def numba_allowed() -> bool:
     """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA`` is ``0``,
     ``false``, ``off`` or ``no``)."""

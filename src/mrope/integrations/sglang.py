@@ -39,11 +39,11 @@ import collections
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .._backends import env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
 from ..families import Family, from_config
@@ -189,10 +189,9 @@ def register() -> None:
     """The ``sglang.srt.plugins`` entry point (``mrope``), which SGLang calls in every process: enables
     the integration when ``MROPE_SGLANG`` is ``1``/``mrope`` or ``check``, does nothing otherwise. Never
     raises: on an unaudited SGLang it logs a warning and leaves SGLang alone."""
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value in ("", "0", "false", "off", "no"):
+    mode = env_mode(ENV_VAR)
+    if mode is None:
         return
-    mode = "mrope" if value in ("1", "true", "on", "yes", "mrope") else value
     try:
         enable(mode)
     except Exception as error:  # never fails SGLang: on any error, SGLang runs unchanged

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from .._backends import env_mode
 from .._errors import MRopeError
 from ..families import Family, from_config
 from ..serving import PositionTable
@@ -182,10 +182,9 @@ def register() -> None:
     """The ``vllm.general_plugins`` entry point (``mrope``): vLLM calls it in every process it starts.
     Enables the plugin when ``MROPE_VLLM`` is ``1``/``mrope`` or ``check``; does nothing otherwise.
     Never raises: on an unsupported vLLM it logs a warning and leaves vLLM alone."""
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value in ("", "0", "false", "off", "no"):
+    mode = env_mode(ENV_VAR)
+    if mode is None:
         return
-    mode = "mrope" if value in ("1", "true", "on", "yes", "mrope") else value
     try:
         enable(mode)
     except Exception as error:  # never fails vLLM: on any error, vLLM runs unchanged
