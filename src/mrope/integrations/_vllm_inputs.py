@@ -131,13 +131,13 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
                 "its grid is needed"
             )
         if modality == "image":
-            images.append(_grid(data, "image_grid_thw", offset))
+            images.append(_grid(data.get("image_grid_thw"), "image_grid_thw", offset))
             image_offsets.append(offset)
         elif modality == "video":
             elem = data.get("video_grid_thw")
             rows = None if elem is None or getattr(elem.data, "ndim", 1) == 1 else elem.data
             if rows is None:
-                videos.append(_grid(data, "video_grid_thw", offset))
+                videos.append(_grid(elem, "video_grid_thw", offset))
                 video_offsets.append(offset)
             else:  # one row per run of equal frames (Keye-VL-1.5's slow and fast frames)
                 grids = to_grid_array(rows, name=f"the feature at offset {offset}'s video_grid_thw")
@@ -222,10 +222,9 @@ def _offset(feature: Any) -> int:
     return feature.mm_position.offset
 
 
-def _grid(data: Any, name: str, offset: int) -> list[int]:
-    """The item's (T, H, W), as integers: float grids are refused as the core refuses them (never
-    truncated)."""
-    elem = data.get(name)
+def _grid(elem: Any, name: str, offset: int) -> list[int]:
+    """The item's (T, H, W) from its ``name`` field element (None: missing), as integers: float grids
+    are refused as the core refuses them (never truncated)."""
     if elem is None:
         raise MRopeError(f"the feature at offset {offset} has no {name}")
     what = f"the feature at offset {offset}'s {name}"
