@@ -28,6 +28,7 @@ def snapshot(table: PositionTable) -> dict[str, Any]:
         "frozen": pool.frozen,
         "first": list(pool.first),
         "count": list(pool.count),
+        "hole": list(pool.hole),
         "info": held.info.copy(),
         "deltas": None if held.deltas is None else held.deltas.copy(),
     }

@@ -336,32 +336,77 @@ def _check_all(table: PositionTable, live: dict[int, tuple[np.ndarray, int]]) ->
     table.check()
 
 
-def test_steady_admission_compacts_rarely(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A nearly full pool grows with headroom: steady remove + add compacts once per many adds, not
-    at every add (each compaction copies the whole pool, and the device copy with it)."""
+def _counting_compactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     from mrope.serving import _pool
 
-    fam, p = _video_prompt()
+    compactions: list[int] = []
+    compact = _pool.Pool.compact
+    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a: (compactions.append(1), compact(self, *a))[1])
+    return compactions
+
+
+def test_steady_admission_compacts_rarely(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nearly full pool grows with headroom: steady remove + add of requests larger than the slot's
+    last one (no hole fits) compacts once per many adds, not at every add (each compaction copies the
+    whole pool, and the device copy with it)."""
+    from mrope.serving import _pool
+
+    fam = family("qwen3_vl")
+    small, large = (build_prompt(fam, [text(3), Video(frames, 2, 2), text(2)]) for frames in (2, 6))
     probe = PositionTable(1)
-    probe.add(0, fam, p.input_ids, **p.kwargs())
-    need = probe.state_nbytes(0) // (6 * 8)  # slots per request
+    probe.add(0, fam, large.input_ids, **large.kwargs())
+    need = probe.state_nbytes(0) // (6 * 8)  # slots per large request
     live_count = 16
     table = PositionTable(
         live_count, pool_capacity=live_count * need + need // 2, backend=backend, device=torch.device("cpu")
     )
-    compactions = []
-    compact = _pool.Pool.compact
-    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a: (compactions.append(1), compact(self, *a))[1])
-    expected = fam.positions(p.input_ids, **p.kwargs())
+    compactions = _counting_compactions(monkeypatch)
     for slot in range(live_count):
-        table.add(slot, fam, p.input_ids, **p.kwargs())
-    for cycle in range(200):
+        table.add(slot, fam, small.input_ids, **small.kwargs())
+    adds_at_top = 0
+    for cycle in range(400):  # the slots take large requests after small ones, then small after large
+        prompt = large if (cycle // live_count) % 2 == 0 else small
         table.remove(cycle % live_count)
-        table.add(cycle % live_count, fam, p.input_ids, **p.kwargs())
+        table.add(cycle % live_count, fam, prompt.input_ids, **prompt.kwargs())
+        adds_at_top += prompt is large
     # each compaction leaves at least 3/4 of the pool free: one per ``3 * live_count`` adds at most
-    assert len(compactions) <= 200 // (3 * live_count) + 2, len(compactions)
+    assert len(compactions) <= adds_at_top // (3 * live_count) + 2, len(compactions)
+    assert len(compactions) >= 2  # the large requests do not fit the holes of the small ones
     assert table.pool_capacity >= _pool.HEADROOM * live_count * need
+    last = large if (399 // live_count) % 2 == 0 else small
+    expected = fam.positions(last.input_ids, **last.kwargs())
     _check_all(table, dict.fromkeys(range(live_count), expected))
+
+
+def test_readmission_reuses_the_slot_entries(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot's next request that fits the entries its last one left takes them: steady remove + add
+    of same-sized or smaller requests neither moves the pool's top nor compacts, and every step stays
+    exact (the decode tail rewritten in full over the old request's entries); a larger one goes to the
+    top."""
+    fam = family("qwen3_vl")
+    large, small = (build_prompt(fam, [text(3), Video(frames, 2, 2), text(2)]) for frames in (6, 3))
+    positions = {id(p): fam.positions(p.input_ids, **p.kwargs()) for p in (large, small)}
+    live_count = 4
+    table = PositionTable(live_count, backend=backend, device=torch.device("cpu"))
+    for slot in range(live_count):
+        table.add(slot, fam, large.input_ids, **large.kwargs())
+    pool = table._state.pool
+    top = pool.top
+    compactions = _counting_compactions(monkeypatch)
+    live = dict.fromkeys(range(live_count), positions[id(large)])
+    for cycle in range(24):  # large over large, then small over large in the last pass
+        slot, prompt = cycle % live_count, large if cycle < 20 else small
+        table.remove(slot)
+        table.add(slot, fam, prompt.input_ids, **prompt.kwargs())
+        live[slot] = positions[id(prompt)]
+        _check_all(table, live)
+    assert (pool.top, compactions) == (top, [])
+    table.remove(0)  # its entries are the small request's now: a large one does not fit them
+    table.add(0, fam, large.input_ids, **large.kwargs())
+    live[0] = positions[id(large)]
+    assert pool.top > top or compactions
+    _check_all(table, live)
+    table.check()
 
 
 def test_reserve_and_freeze(backend: str) -> None:

@@ -19,6 +19,10 @@ rows of :mod:`mrope.core.segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``),
 ``keys`` and ``fields`` are views of ``data``. Indices (``start``, ``origin``, the prompt length) lie
 in ``[0, 2**32)``: :meth:`Pool.put` copies a request's segments as they are and writes ``base`` into
 the high 32-bit halves of the two index rows, which is the ``base << 32 |`` of both (no addition).
+
+A removed request leaves its entries as a hole (free keys between live entries keep the keys sorted);
+the next request of the same slot that fits takes the hole, so that an engine's steady removal and
+admission of a slot (vLLM reuses a finished request's slot) neither moves ``top`` nor compacts.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class Pool:
         # per engine slot, Python ints (an admission reads and writes one of each; compaction all)
         self.first = [0] * max_slots
         self.count = [0] * max_slots  # 0: a free slot
+        # per engine slot, the entries its last request left free (lo, hi), until compaction
+        self.hole = [(0, 0)] * max_slots
 
     def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
@@ -80,29 +86,35 @@ class Pool:
         """Store ``slot``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
         ``length`` whose offsets count from index 0 with base ``delta``: positions ``index + delta``
         rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns the slot's
-        first entry and whether the pool was compacted (every entry may have moved)."""
+        first entry and whether the pool was compacted (every entry may have moved). The entries are
+        the slot's hole where they fit (see the module docstring), else those at ``top``."""
         need = ints.shape[1] + 1
-        lo = self.top
-        hi = lo + need
-        moved = hi > self.capacity
-        if moved:
-            self.compact(need)
+        lo, end = self.hole[slot]
+        moved = False
+        if need > end - lo:
             lo = self.top
-            hi = lo + need
+            moved = lo + need > self.capacity
+            if moved:
+                self.compact(need)
+                lo = self.top
+            self.top = lo + need
+        hi = lo + need
         last = hi - 1
         self.data[:, lo:last] = ints
-        # the decode tail: an entry from ``top`` on is still a free entry of :func:`_fresh`, a text
-        # segment from origin 0 with t0 = hw0 = 0; its start and (int64 tables) t0 and hw0 remain,
-        # written one value at a time
+        # the decode tail, a text segment: start, t0 and hw0 (int64 tables; float32 tables: 0 there, the
+        # values in ``floats``), width = is_text = 1, origin 0; one value at a time
         tail = self._data_items
         tail[START, last] = length
         if floats is None:
             tail[T0, last] = tail[HW0, last] = delta
         else:
+            tail[T0, last] = tail[HW0, last] = 0
             self.floats[:, lo:last] = floats
             self._float_items[FLOAT_T0, last] = self._float_items[FLOAT_HW0, last] = delta
-        self._base_bits[:, lo:hi] = lo  # after the tail's start
-        self.top = hi
+        tail[WIDTH, last] = tail[IS_TEXT, last] = 1
+        tail[ORIGIN, last] = 0
+        self._base_bits[:, lo:hi] = lo  # after the tail's start and origin
+        self.hole[slot] = (0, 0)
         self.first[slot] = lo
         self.count[slot] = need
         return lo, moved
@@ -113,6 +125,7 @@ class Pool:
         hi = lo + self.count[slot]
         self.keys[lo:hi] = np.arange(lo << SHIFT, hi << SHIFT, 1 << SHIFT, dtype=np.int64)  # entry << 32
         self.count[slot] = 0
+        self.hole[slot] = (lo, hi)
         return lo, hi
 
     def compact(self, need: int, capacity: int = 0) -> None:
@@ -158,6 +171,7 @@ class Pool:
         firsts[live] = new_base
         self.first = firsts.tolist()
         self.top = used
+        self.hole = [(0, 0)] * len(self.hole)
 
     def live(self) -> tuple[np.ndarray, np.ndarray]:
         """The live slots and their first entries (int64 arrays)."""

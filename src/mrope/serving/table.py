@@ -591,7 +591,7 @@ class PositionTable:
                 if moved:
                     self._device.sync_all()
                 else:
-                    self._device.sync(lo, self._pool.top, slot + 1)
+                    self._device.sync(lo, lo + self._pool.count[slot], slot + 1)
 
     def _compiled(
         self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
