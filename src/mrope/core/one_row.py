@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .blocks import BlockRow, Blocks, empty_blocks
-from .place import place_rows
+from .place import frame_times, place_rows
 from .segments import FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable, render_offsets
 from .workspace import arrays, workspace
 
@@ -52,18 +52,22 @@ def _build_plane(height: int, width: int) -> np.ndarray:
     return np.array(render_offsets(offset, np.zeros_like(offset), 0, width, 0))
 
 
-def _frame_segments(frames: int, frame_tokens: int, width: int) -> np.ndarray:
+def _frame_block(frames: int, frame_tokens: int, width: int, interval: object, rounding: int) -> np.ndarray:
     """The segments (frames, fields) of a block of ``frames`` frames of ``frame_tokens`` tokens, ``width``
-    wide, at stream index 0 and base 0 with time index 0 (a block adds its start, base and frame times),
-    read-only, kept in :data:`mrope.core.workspace.arrays`."""
-    return arrays.get(("frames", frames, frame_tokens, width), _build_frame_segments)
+    wide, at stream index 0 and base 0, its frame times in ``T0`` (a block adds its start and base),
+    read-only, kept in :data:`mrope.core.workspace.arrays` (a video's size and rate repeat)."""
+    key = ("block", frames, frame_tokens, width, type(interval), interval, rounding)
+    return arrays.get(key, _build_block)
 
 
-def _build_frame_segments(frames: int, frame_tokens: int, width: int) -> np.ndarray:
-    segments = np.zeros((frames, len(FIELDS)), dtype=np.int64)
-    segments[:, START] = segments[:, ORIGIN] = np.arange(frames, dtype=np.int64) * frame_tokens
-    segments[:, WIDTH] = width
-    return segments
+def _build_block(
+    frames: int, frame_tokens: int, width: int, _: type, interval: object, rounding: int
+) -> np.ndarray:
+    block = np.zeros((frames, len(FIELDS)), dtype=np.int64)
+    block[:, START] = block[:, ORIGIN] = np.arange(frames, dtype=np.int64) * frame_tokens
+    block[:, T0] = frame_times(frames, interval, rounding)
+    block[:, WIDTH] = width
+    return block
 
 
 def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:
@@ -96,14 +100,14 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
     ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores.
 
     It is built as (segments, fields), row-major (its transpose is the table): a text run or a one-frame
-    block is one row of Python ints, a block of several frames a run of rows filled by broadcasting."""
+    block is one row of Python ints, a block of several frames its cached block (:func:`_frame_block`)
+    plus its start and base, one ufunc (numpy's fixed cost per call dominates these few rows)."""
     placed, shift, delta = place_rows(rows, length, compat)
     flat: list[int] = []  # text runs and one-frame blocks: the FIELDS of each segment, one after another
     singles: list[int] = []  # their indices in the table
-    # each block of several frames: its first segment's index, (start, base, W'), H'W' and frame times
-    frame_runs: list[tuple[int, tuple[int, int, int], int, np.ndarray]] = []
+    frame_runs: list[tuple[int, tuple[int, int, int, int, int, int], np.ndarray]] = []  # index, offset, block
     cursor = num = 0  # num: the table's segments so far
-    for start, end, base, frames, height, width, t in placed:
+    for i, (start, end, base, frames, height, width, t) in enumerate(placed):  # placed[i] is rows[i]
         if start > cursor:
             text_base = cursor + base - start
             flat += (cursor, text_base, text_base, 1, 1, cursor)
@@ -114,7 +118,9 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
             singles.append(num)
             num += 1
         else:
-            frame_runs.append((num, (start, base, width), height * width, t))
+            interval, rounding = rows[i][4:]
+            block = _frame_block(frames, height * width, width, interval, rounding)
+            frame_runs.append((num, (start, base, base, 0, 0, start), block))
             num += frames
         cursor = end
     if length > cursor or not (placed or length):  # a prompt of no tokens: one empty text segment
@@ -127,11 +133,8 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
         segments = np.empty((num, len(FIELDS)), dtype=np.int64)  # every row is written below
         for i, row in enumerate(singles):
             segments[row] = flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
-        for row, (start, base, width), frame_tokens, t in frame_runs:  # start + k * H'W', base + t[k]
-            frames = segments[row : row + t.shape[0]]
-            at = np.array((start, base, base, 0, 0, start), dtype=np.int64)  # (a tuple operand costs more)
-            np.add(_frame_segments(t.shape[0], frame_tokens, width), at, out=frames)
-            frames[:, T0] += t
+        for row, offset, block in frame_runs:  # (an array operand costs less than a tuple)
+            np.add(block, np.array(offset, dtype=np.int64), out=segments[row : row + block.shape[0]])
     return SegmentTable(segments.T, length, compact=length > 0), delta
 
 

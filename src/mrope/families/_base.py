@@ -137,6 +137,9 @@ class Family:
         merge = self.spatial_merge_size
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
         self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
+        # the temporal divisor as a Python int, of images (False) and videos (True), and the time checks'
+        # constants (a property read costs more than a field's)
+        self._temporal_of = (1, int(self.video_temporal_merge))
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -508,7 +511,7 @@ class Family:
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids, 0
-        temporal, merge = int(divisor[0]), self.spatial_merge_size
+        temporal, merge = self._temporal_of[divisor is self._video_divisor], self.spatial_merge_size
         bad: int | None = None
         tokens: int | float = 0
         if len(grids) <= _FEW_GRIDS:
@@ -574,19 +577,19 @@ class Family:
                     f"second_per_grid_ts must have shape ({len(videos)},), one value per video, "
                     f"got shape {tuple(arr.shape)}"
                 )
-            if arr.dtype.kind not in "iuf":
-                raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {arr.dtype}")
-            checked = Seconds(
-                arr if arr.dtype == np.float64 else arr.astype(np.float64), _dtype_of(seconds, arr)
-            )
-            given = checked.values.tolist()
+            dtype = arr.dtype
+            if dtype.kind not in "iuf":
+                raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {dtype}")
+            values = arr if dtype is _FLOAT64 else arr.astype(np.float64)
+            checked = Seconds(values, _dtype_of(seconds, dtype))
+            given = values.tolist()
             for i, x in enumerate(given):  # one value per video: a Python pass (NaN fails ``0 <= x``)
                 if not 0 <= x <= MAX_POSITION:
                     finite = 0 <= x < math.inf
                     rule = f"must be at most {MAX_POSITION}" if finite else "must be finite and >= 0"
                     raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
-            temporal, rate = self.video_temporal_merge, self.time_rate
+            temporal, rate = self._temporal_of[1], self.time_rate
             given = given or [1.0] * len(videos)
             for i, ((t, _, _), x) in enumerate(zip(videos.tolist(), given, strict=True)):
                 if (t // temporal - 1) * x * rate > MAX_POSITION:
@@ -825,16 +828,26 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
     return values
 
 
-def _dtype_of(given: Any, values: np.ndarray) -> str:
-    """The dtype of seconds as given (see :class:`Seconds`): ``"int"`` for integers, a tensor's or an
-    array's own floating dtype (a bfloat16 tensor reaches numpy as float32), ``"float32"`` for a list."""
-    if values.dtype.kind in "iu":
+def _dtype_of(given: Any, values_dtype: np.dtype) -> str:
+    """The dtype of seconds as given (see :class:`Seconds`), from the dtype numpy read them in: ``"int"``
+    for integers, a tensor's or an array's own floating dtype (a bfloat16 tensor reaches numpy as
+    float32), ``"float32"`` for a list."""
+    if values_dtype.kind in "iu":
         return "int"
     dtype = getattr(given, "dtype", None)
     if dtype is None:
         return "float32"
-    # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
-    return dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
+        name = dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+        if len(_DTYPE_NAMES) < 64:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
+#: dtype names by dtype object (numpy's and torch's), as :func:`_dtype_of` found them
+_DTYPE_NAMES: dict[Any, str] = {}
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _take(ids: Any, index: np.ndarray) -> np.ndarray:
