@@ -100,33 +100,35 @@ class TableMachine(RuleBasedStateMachine):
         p = data.draw(prompts(fam, max_images=1, max_videos=1, max_text=4, max_side=3, max_frames=3))
         positions, delta = fam.positions(p.input_ids, **p.kwargs())
         precomputed = data.draw(st.booleans(), label="precomputed")
+        replace = not precomputed and data.draw(st.booleans(), label="replace")  # add(replace=True)
         verdict = None
         try:  # in the order the table checks
             if positions.dtype == np.float32 and not self.floats:
                 raise Refused("float32 table" if precomputed else "dtype=np.float32")
             self._slot_error(slot, live=False)
-            if slot in self.live:
+            if slot in self.live and not replace:
                 raise Refused("already holds a request")
             last = len(p.input_ids) - 1 + delta
             if self.max_position is not None and max(positions.max(), last) >= self.max_position:
                 raise Refused("max_position")
         except Refused as refused:
             verdict = str(refused)
+        taken = set()
         for table in self.tables:
             if precomputed:
                 call = lambda t=table: t.add_positions(slot, positions, delta)  # noqa: E731
             else:
-                call = lambda t=table: t.add(slot, fam, p.input_ids, **p.kwargs())  # noqa: E731
-            self._run_admission(table, call, verdict, precomputed)
-        added = {0 <= slot < self.slots and slot in t for t in self.tables}
-        assert len(added) == 1  # every table took it, or none
-        if verdict is None and added == {True}:
+                call = lambda t=table: t.add(slot, fam, p.input_ids, replace=replace, **p.kwargs())  # noqa: E731
+            taken.add(self._run_admission(table, call, verdict, precomputed))
+        assert len(taken) == 1  # every table took it, or none
+        if taken == {True}:  # (a refused replacement leaves the request before it)
             self.live[slot] = (positions, delta)
 
-    def _run_admission(self, table: PositionTable, call, verdict: str | None, precomputed: bool) -> None:
+    def _run_admission(self, table: PositionTable, call, verdict: str | None, precomputed: bool) -> bool:
+        """Run the admission ``call`` on ``table``; whether the table took the request."""
         if verdict is not None:
             unchanged(table, call, verdict)
-            return
+            return False
         before = snapshot(table)
         try:
             call()
@@ -135,6 +137,8 @@ class TableMachine(RuleBasedStateMachine):
             allowed += ("frozen",) if table.frozen else ()
             assert any(a in str(err) for a in allowed), err
             assert_same(before, snapshot(table))
+            return False
+        return True
 
     @rule(data=st.data())
     def add_positions_bad_delta(self, data: st.DataObject) -> None:

@@ -341,7 +341,7 @@ def _counting_compactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     compactions: list[int] = []
     compact = _pool.Pool.compact
-    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a: (compactions.append(1), compact(self, *a))[1])
+    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a, **kw: (compactions.append(1), compact(self, *a, **kw))[1])
     return compactions
 
 

@@ -107,12 +107,12 @@ class TableRopeState:
         if self.vllm is not None:  # check mode: vLLM's positions too
             self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
             self._staged = True
-        if req_idx in self.table:
-            self.table.remove(req_idx)  # vLLM has no remove hook: the next admission overwrites
-        try:
+        try:  # vLLM has no remove hook: an admission overwrites the slot (replace)
             inputs = inputs_from_mm_features(self.family, mm_features)
-            self.table.add(req_idx, self.family, prefill_token_ids, **inputs)
+            self.table.add(req_idx, self.family, prefill_token_ids, replace=True, **inputs)
         except Exception as error:
+            if req_idx in self.table:  # the refused request's slot still holds the one before it
+                self.table.remove(req_idx)
             if self.vllm is not None:
                 raise MRopeError(f"mrope check: request {self._name(req_idx)} refused: {error}") from error
             self._admit_vllm_positions(req_idx, model, prefill_token_ids, mm_features, error)

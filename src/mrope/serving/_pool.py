@@ -82,22 +82,34 @@ class Pool:
 
     def put(
         self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
-    ) -> tuple[int, bool]:
+    ) -> tuple[int, int, bool]:
         """Store ``slot``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
         ``length`` whose offsets count from index 0 with base ``delta``: positions ``index + delta``
-        rounded once (float32 tables), as transformers' float32 ``index + delta``. Returns the slot's
-        first entry and whether the pool was compacted (every entry may have moved). The entries are
-        the slot's hole where they fit (see the module docstring), else those at ``top``."""
+        rounded once (float32 tables), as transformers' float32 ``index + delta``; a live request of
+        ``slot`` is replaced. The entries are the replaced request's or the slot's hole where they fit (see
+        the module docstring), else those at ``top``. Returns the range of entries written (the slot's,
+        and those of a replaced request that became free) and whether the pool was compacted (every entry
+        may have moved)."""
         need = ints.shape[1] + 1
-        lo, end = self.hole[slot]
+        first, count = self.first[slot], self.count[slot]  # count > 0: a live request, replaced
         moved = False
-        if need > end - lo:
-            lo = self.top
-            moved = lo + need > self.capacity
-            if moved:
-                self.compact(need)
+        if need <= count:  # in the replaced request's entries; those past the new ones become free
+            lo, span = first, (first, first + count)
+            if need < count:
+                self.keys[first + need : first + count] = _free_keys(first + need, first + count)
+        else:
+            lo, end = (0, 0) if count else self.hole[slot]
+            if need > end - lo:
                 lo = self.top
-            self.top = lo + need
+                moved = lo + need > self.capacity
+                if moved:  # (the replaced request's entries are not kept)
+                    self.compact(need, dropping=slot if count else None)
+                    lo = self.top
+                self.top = lo + need
+            span = (lo, lo + need)
+            if count and not moved:  # the replaced request's entries become free
+                self.keys[first : first + count] = _free_keys(first, first + count)
+                span = (min(lo, first), max(lo + need, first + count))
         hi = lo + need
         last = hi - 1
         self.data[:, lo:last] = ints
@@ -117,21 +129,23 @@ class Pool:
         self.hole[slot] = (0, 0)
         self.first[slot] = lo
         self.count[slot] = need
-        return lo, moved
+        return span[0], span[1], moved
 
     def free(self, slot: int) -> tuple[int, int]:
         """Release ``slot``'s entries (their keys become free keys); returns their range."""
         lo = self.first[slot]
         hi = lo + self.count[slot]
-        self.keys[lo:hi] = np.arange(lo << SHIFT, hi << SHIFT, 1 << SHIFT, dtype=np.int64)  # entry << 32
+        self.keys[lo:hi] = _free_keys(lo, hi)
         self.count[slot] = 0
         self.hole[slot] = (lo, hi)
         return lo, hi
 
-    def compact(self, need: int, capacity: int = 0) -> None:
+    def compact(self, need: int, capacity: int = 0, dropping: int | None = None) -> None:
         """Move the live requests' entries to the front, with room for ``need`` more entries and at
-        least ``capacity`` in all (growing the pool: see the class docstring)."""
-        live, base = self.live()
+        least ``capacity`` in all (growing the pool: see the class docstring); the entries of slot
+        ``dropping`` (a request being replaced) are not kept. Raises, changing nothing, where they do
+        not fit."""
+        live, base = self.live(dropping)
         order = np.argsort(base)
         live, base = live[order], base[order]
         count = np.array(self.count)[live]
@@ -173,9 +187,11 @@ class Pool:
         self.top = used
         self.hole = [(0, 0)] * len(self.hole)
 
-    def live(self) -> tuple[np.ndarray, np.ndarray]:
-        """The live slots and their first entries (int64 arrays)."""
+    def live(self, dropping: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The live slots (but ``dropping``) and their first entries (int64 arrays)."""
         live = np.flatnonzero(self.count)
+        if dropping is not None:
+            live = live[live != dropping]
         return live, np.array(self.first, dtype=np.int64)[live]
 
     def num_live(self) -> int:
@@ -187,6 +203,11 @@ class Pool:
         if self.floats is not None:
             per_entry += self.floats.itemsize * self.floats.shape[0]
         return self.count[slot] * per_entry
+
+
+def _free_keys(lo: int, hi: int) -> np.ndarray:
+    """The keys of free entries ``lo ... hi - 1``: ``entry << 32`` (sorted with every live key)."""
+    return np.arange(lo << SHIFT, hi << SHIFT, 1 << SHIFT, dtype=np.int64)
 
 
 def _fresh(capacity: int, used: int) -> np.ndarray:

@@ -67,20 +67,21 @@ class SlotState:
 
     def insert(
         self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
-    ) -> tuple[int, bool]:
-        """Store a free ``slot``'s segments (checked by the caller) and its info. Returns its first
-        pool entry and whether the pool was compacted (every entry may have moved)."""
-        lo, moved = self.pool.put(slot, ints, floats, length, delta)
+    ) -> tuple[int, int, bool]:
+        """Store ``slot``'s segments (checked by the caller; a live slot's request is replaced) and its
+        info. Returns the range of pool entries written (``lo``, ``hi``: the slot's, and a replaced
+        request's that became free) and whether the pool was compacted (every entry may have moved)."""
+        lo, hi, moved = self.pool.put(slot, ints, floats, length, delta)
         if moved:
             self.rekey()
         info, column = self._info_items, slot + 1
         info[PLEN, column] = length
-        info[KEY, column] = lo << SHIFT
+        info[KEY, column] = self.pool.first[slot] << SHIFT
         if self.deltas is None:
             info[DELTA, column] = delta
         else:  # a float32 table's info delta stays 0
             self.deltas[column] = delta
-        return lo, moved
+        return lo, hi, moved
 
     def release(self, slot: int) -> tuple[int, int]:
         """Free a live ``slot``; returns its former pool entries' range."""

@@ -290,12 +290,13 @@ class PositionTable:
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
         frame_offsets: Any = None,
+        replace: bool = False,
     ) -> None:
         """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
 
         Parameters
         ----------
-        slot : int, in ``[0, max_requests)``, free (the engine's slot of the request)
+        slot : int, in ``[0, max_requests)``, free unless ``replace`` (the engine's slot of the request)
         family : a family from :func:`mrope.from_config`
         input_ids : shape (L,), integer; list, numpy or torch
         image_grid_thw, video_grid_thw : (num_items, 3), optional
@@ -308,12 +309,16 @@ class PositionTable:
         frame_offsets : (num_frames,) int, optional; frame families only (Qwen3-VL, GLM-4.1V): where
             each video frame's placeholders start (see :meth:`Family.positions`), so that nothing
             scans the prompt for them
+        replace : bool; True: a request ``slot`` holds is replaced in the same call, in its pool entries
+            where the new one fits them (an engine that overwrites a slot at admission, as vLLM's V2
+            runner does); a refused call leaves it in place
 
         Raises
         ------
         MRopeError
-            ``slot`` out of range or already live; anything :meth:`Family.segments` refuses (audio
-            inputs to a family without audio among them, offsets that do not fit the prompt); a
+            ``slot`` out of range or (without ``replace``) already live; anything
+            :meth:`Family.segments` refuses (audio inputs to a family without audio among them, offsets
+            that do not fit the prompt); a
             Qwen3-Omni request in an int64 table; positions reaching ``max_position``; a float32
             table's prompt of 2**24 tokens or more. The table is then unchanged.
 
@@ -344,11 +349,11 @@ class PositionTable:
                     f"this table holds int64: create it with PositionTable(..., dtype=np.float32)"
                 )
             if table.compact and data.shape[0] == 6:  # a one-prompt table is already in the pool's form
-                self._insert(slot, data, None, length, delta, length - 1 + delta)
+                self._insert(slot, data, None, length, delta, length - 1 + delta, replace)
                 return
         ints, floats = nonempty(table, floats=self._floats)
         largest = (length - 1) + delta if not self._floats else np.float32(length - 1) + delta
-        self._insert(slot, ints, floats, length, delta, largest)
+        self._insert(slot, ints, floats, length, delta, largest, replace)
 
     def add_positions(self, slot: int, positions: Any, delta: int | float) -> None:
         """Register the request in ``slot`` from precomputed prompt positions.
@@ -567,14 +572,21 @@ class PositionTable:
         return slot
 
     def _insert(
-        self, slot: Any, ints: np.ndarray, floats: Any, length: int, delta: int | float, largest: Any
+        self,
+        slot: Any,
+        ints: np.ndarray,
+        floats: Any,
+        length: int,
+        delta: int | float,
+        largest: Any,
+        replace: bool = False,
     ) -> None:
-        """Register the request in ``slot`` (checked here: an int in range, free) from its segments
-        (:mod:`._segments`), after the checks of its length and largest position."""
+        """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
+        its segments (:mod:`._segments`), after the checks of its length and largest position."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
             slot = self._slot(slot)
         with self._lock:
-            if self._state.is_live(slot):
+            if not replace and self._state.is_live(slot):
                 raise MRopeError(f"slot {slot} already holds a request: remove() it before adding another")
             if length >= self.max_index:
                 raise MRopeError(
@@ -586,12 +598,12 @@ class PositionTable:
                     f"slot {slot}: the prompt reaches position {largest}, beyond max_position "
                     f"{self.max_position} (check second_per_grid_ts and the grids)"
                 )
-            lo, moved = self._state.insert(slot, ints, floats, length, delta)
+            lo, hi, moved = self._state.insert(slot, ints, floats, length, delta)
             if self._device is not None:
                 if moved:
                     self._device.sync_all()
                 else:
-                    self._device.sync(lo, lo + self._pool.count[slot], slot + 1)
+                    self._device.sync(lo, hi, slot + 1)
 
     def _compiled(
         self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
