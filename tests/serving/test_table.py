@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -341,7 +342,12 @@ def _counting_compactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     compactions: list[int] = []
     compact = _pool.Pool.compact
-    monkeypatch.setattr(_pool.Pool, "compact", lambda self, *a, **kw: (compactions.append(1), compact(self, *a, **kw))[1])
+
+    def counted(self: _pool.Pool, *args: Any, **kwargs: Any) -> None:
+        compactions.append(1)
+        compact(self, *args, **kwargs)
+
+    monkeypatch.setattr(_pool.Pool, "compact", counted)
     return compactions
 
 
