@@ -122,8 +122,10 @@ def transformers_time(dtype: str, rate: float) -> TimeArithmetic:
 def time_interval(rate: float, seconds: np.ndarray, arithmetic: TimeArithmetic) -> np.ndarray:
     """The temporal index step ``rate * seconds`` of each video in ``arithmetic`` (held in its ``held``
     dtype, rounded as it rounds), for :func:`temporal_index`."""
-    multiply = arithmetic.multiply
-    step = (multiply(rate) * np.asarray(seconds, dtype=multiply)).astype(arithmetic.held, copy=False)
+    multiply, held = arithmetic.multiply, arithmetic.held
+    step = np.multiply(seconds, rate, dtype=multiply)  # both cast to ``multiply`` first
+    if held is not multiply:
+        step = step.astype(held)
     return narrow(step, arithmetic.rounding) if arithmetic.rounding else step
 
 
