@@ -50,9 +50,10 @@ class MRotaryEmbedding(nn.Module):
         A float cast of the module (``.to(torch.float16)``, ``.half()``) sets it and leaves the cache's
         float32 values untouched.
     backend : {"auto", "native", "triton"}, default "auto"
-        ``"auto"`` runs the fused Triton kernel for CUDA tensors with integer positions when triton is
-        installed, else the native torch path. ``"triton"`` forces the kernel (CPU works under
-        ``TRITON_INTERPRET=1``); floating positions always take the native path.
+        ``"auto"`` runs the fused Triton kernel for integer positions when the module is on CUDA and
+        triton is installed, else the native torch path (chosen once, see :attr:`path`). ``"triton"``
+        forces the kernel (CPU works under ``TRITON_INTERPRET=1``); floating positions always take the
+        native path.
     check_positions : bool, default True
         Check that positions lie in the cache and raise :class:`MRopeError` if not (one device
         synchronisation on CUDA). With ``False`` nothing synchronises (CUDA graphs can capture the
