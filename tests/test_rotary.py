@@ -280,6 +280,25 @@ def test_to_empty_after_meta_construction_rebuilds_the_cache_exactly():
     assert torch.equal(out[0], exp[0]) and torch.equal(out[1], exp[1])
 
 
+def test_the_module_chooses_its_path_at_construction_and_on_a_move(monkeypatch):
+    """``path`` is chosen once from ``backend`` and the cache's device, not per call: ``"auto"`` is native
+    on the CPU without asking for triton, ``"triton"`` forces the kernel, and a move chooses again."""
+    import mrope.rotary.module as module
+
+    asked = []
+    monkeypatch.setattr(module, "_triton_available", lambda: asked.append(1) or True)
+    assert _small("chunked").path == "native" and not asked
+    forced = MRotaryEmbedding(48, 32, 512, 1e4, (4, 6, 6), backend="triton", dtype=torch.float32)
+    assert forced.path == "triton" and forced.to(torch.float64).path == "triton"
+    native = MRotaryEmbedding(48, 32, 512, 1e4, (4, 6, 6), backend="native", dtype=torch.float32)
+    assert native.to("meta").path == "native"
+    with torch.device("meta"):
+        rope = _small("interleaved")
+    assert rope.path == "native"
+    monkeypatch.setattr(module.MRotaryEmbedding, "_chosen_path", lambda self: "moved")
+    assert rope.to_empty(device="cpu").path == "moved"
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize(("layout", "neox"), [("chunked", True), ("ernie", False)])
 def test_chunked_cpu_rotation_equals_the_whole_tensor_formula(dtype, layout, neox):

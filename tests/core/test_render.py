@@ -115,17 +115,6 @@ def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
     assert render_module.compiled_render() is None
 
 
-def test_compiled_cache_matches_what_it_bakes_in() -> None:
-    """numba's on-disk cache of the compiled render is keyed on its file only: the field rows and the
-    formula it bakes in must be those that file names (else this test says to update ``CACHED_FOR``)."""
-    require("numba")
-    from mrope.core import compiled
-
-    assert compiled.BAKED == compiled.CACHED_FOR, (
-        f"update CACHED_FOR in mrope/core/compiled.py to {compiled.BAKED!r}"
-    )
-
-
 @compats
 @many
 @given(data=st.data())

@@ -93,3 +93,34 @@ def test_entry_point_refuses_an_unknown_mode(
         plugin.register()
     assert plugin.is_enabled() is None
     assert "mode must be one of" in caplog.text
+
+
+def test_patches_of_two_classes_with_the_same_method_name_keep_their_own_originals() -> None:
+    """The records are keyed by (owner's qualified name, attribute): V1's ``InputBatch.add_request`` and
+    V2's ``DefaultModelState.add_request`` each find their own original, and restoring puts both back."""
+
+    class InputBatch:
+        def add_request(self) -> str:
+            return "batch"
+
+    class DefaultModelState:
+        def add_request(self) -> str:
+            return "state"
+
+    def batch_add(self) -> str:
+        return "mrope " + patches.original(batch_add)(self)
+
+    def state_add(self) -> str:
+        return "mrope " + patches.original(state_add)(self)
+
+    originals = (vars(InputBatch)["add_request"], vars(DefaultModelState)["add_request"])
+    patches = plugin._Patches()
+    patches.apply(InputBatch, "add_request", batch_add)
+    patches.apply(DefaultModelState, "add_request", state_add)
+    assert (InputBatch().add_request(), DefaultModelState().add_request()) == ("mrope batch", "mrope state")
+    assert InputBatch.add_request.__name__ == "add_request"
+    with pytest.raises(mrope.MRopeError, match="add_request twice"):
+        patches.apply(InputBatch, "add_request", batch_add)
+    patches.restore()
+    assert (vars(InputBatch)["add_request"], vars(DefaultModelState)["add_request"]) == originals
+    assert (InputBatch().add_request(), DefaultModelState().add_request()) == ("batch", "state")

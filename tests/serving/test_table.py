@@ -16,7 +16,6 @@ from _engine import CONFIGS, OMNI, Live, family, reference, register
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peers import require
 from mrope import MRopeError
 from mrope.serving import PositionTable
 from strategies import Image, Video, build_prompt, prompts, text
@@ -463,15 +462,3 @@ def test_reserve_and_freeze(backend: str) -> None:
         "frozen",
     )
     assert (device.data.data_ptr(), device.ramp.data_ptr()) == addresses
-
-
-def test_compiled_cache_matches_what_it_bakes_in() -> None:
-    """numba's on-disk cache of the compiled step is keyed on its file only: the constants and the render
-    formula it bakes in from other modules must be the ones that file names, else a cached kernel would
-    be stale (the cache is then off, and this test says to update ``CACHED_FOR``)."""
-    require("numba")
-    from mrope.serving import _compiled
-
-    assert _compiled.BAKED == _compiled.CACHED_FOR, (
-        f"update CACHED_FOR in mrope/serving/_compiled.py to {_compiled.BAKED!r}"
-    )

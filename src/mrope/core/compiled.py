@@ -10,26 +10,17 @@ the one of :mod:`mrope.core.segments` (:func:`render_formula`, compiled over sca
 tests check that this render and the numpy one give the same positions.
 
 numba is optional: this module imports it and is imported only by :func:`mrope.core.render.compiled`,
-which returns ``None`` where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache is keyed on
-this file's source only; :data:`BAKED` digests what the kernels bake in from elsewhere (the field rows
-and the formula's source) and the cache is used only while it equals :data:`CACHED_FOR` (a test checks
-it; updating it changes this file, which invalidates numba's cache).
+which returns ``None`` where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache entry is
+named after a digest of what the render compiles (:func:`mrope._numba_cache.cached_njit`: its source,
+the formula's and the field rows it bakes in), so a change to any of them compiles anew.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-
 import numba
 
+from .._numba_cache import cached_njit
 from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
-
-#: digest of what the kernels bake in from other modules (see the module docstring)
-BAKED = hashlib.sha256(
-    repr((START, T0, HW0, WIDTH, IS_TEXT, inspect.getsource(render_formula))).encode()
-).hexdigest()[:16]
-CACHED_FOR = "55090cb1c8f8a06b"
 
 _formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
 
@@ -55,7 +46,7 @@ def write_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN
     return col
 
 
-@numba.njit(cache=BAKED == CACHED_FOR, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
     """Positions (3, ``length``) of every token of an int64 segment table (``data``: the rows of
     :mod:`mrope.core.segments`, sorted by start, the first starting at 0) into ``out``. A segment runs

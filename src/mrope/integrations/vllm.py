@@ -87,12 +87,49 @@ class _Patch:
     original: Callable[..., Any]
 
 
-_patches: dict[Callable[..., Any], _Patch] = {}  # mrope's replacement -> what it replaced
+class _Patches:
+    """mrope's patches as records keyed by (owner's qualified name, attribute name), each found again from
+    mrope's replacement: two owners with a method of the same name never share a record."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str], _Patch] = {}
+        self._keys: dict[Callable[..., Any], tuple[str, str]] = {}  # mrope's replacement -> its record
+
+    def apply(self, owner: Any, name: str, replacement: Callable[..., Any]) -> None:
+        """Set ``owner.name`` to ``replacement`` (with the original's name and docstring), recording it."""
+        key = (_qualified_name(owner), name)
+        if key in self._records or replacement in self._keys:
+            raise MRopeError(f"mrope patches {key[0]}.{name} twice, or one replacement in two places")
+        original = vars(owner)[name]
+        self._records[key] = _Patch(owner, name, original)
+        self._keys[replacement] = key
+        setattr(owner, name, functools.wraps(original)(replacement))
+
+    def original(self, replacement: Callable[..., Any]) -> Callable[..., Any]:
+        """vLLM's original of one of mrope's replacements."""
+        return self._records[self._keys[replacement]].original
+
+    def restore(self) -> None:
+        """Put every original back (the last patched first) and forget the records."""
+        for patch in reversed(self._records.values()):
+            setattr(patch.owner, patch.name, patch.original)
+        self._records.clear()
+        self._keys.clear()
+
+
+def _qualified_name(owner: Any) -> str:
+    """``module.Class`` of a class, the name of a module."""
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}"
+    return owner.__name__
+
+
+_patches = _Patches()
 
 
 def _original(patched: Callable[..., Any]) -> Callable[..., Any]:
     """vLLM's original of one of mrope's replacements."""
-    return _patches[patched].original
+    return _patches.original(patched)
 
 
 _runners: weakref.WeakSet[Any] = weakref.WeakSet()  # runners holding mrope state
@@ -137,9 +174,7 @@ def enable(mode: str = "mrope") -> None:
         originals[(model_state_cls, "add_request")] = _model_state_add_request
     _enabled["mode"] = mode
     for (owner, name), patched in originals.items():
-        original = vars(owner)[name]
-        _patches[patched] = _Patch(owner, name, original)
-        setattr(owner, name, functools.wraps(original)(patched))
+        _patches.apply(owner, name, patched)
     guard_engine_start()
 
 
@@ -149,9 +184,7 @@ def disable() -> None:
     if not _enabled:
         return
     init = _original(_init_mrope_positions)
-    for patch in _patches.values():
-        setattr(patch.owner, patch.name, patch.original)
-    _patches.clear()
+    _patches.restore()
     for runner in list(_runners):
         state = runner.__dict__.pop("_mrope", None)
         if state is not None:

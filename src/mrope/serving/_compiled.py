@@ -21,11 +21,10 @@ quotient and remainder by counting: the segment walk of the compiled render
 scalars), inlined. The tests check that both paths write the same positions. float32 tables
 (Qwen3-Omni) keep the numpy path.
 
-numba's on-disk cache is keyed on this file's source only: the values baked into the kernel (the
-info and field rows, ``DEAD``) and the source of :mod:`mrope.core.compiled` live elsewhere.
-:data:`BAKED` digests them; the cache is used only while it equals :data:`CACHED_FOR`, which names what
-this file was written for (a test checks it; updating it changes this file, which invalidates numba's
-cache).
+numba's on-disk cache entry is named after a digest of what the kernel compiles
+(:func:`mrope._numba_cache.cached_njit`): its source, the segment walk and formula it calls, and the
+values it bakes in from other modules (the info and field rows, ``DEAD``), so a change to any of them
+compiles anew instead of loading stale code.
 
 numba is optional (every vLLM install has it): this module imports it, and is imported only by
 :func:`mrope.serving.table.compiled_step`, which returns ``None`` where numba is missing (or the
@@ -36,24 +35,15 @@ they are, not copied.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-
-import numba
 import numpy as np
 
-from ..core import compiled as core_compiled
+from .._numba_cache import cached_njit
 from ..core.compiled import write_run
 from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
 from ._state import DEAD, DELTA, KEY, PLEN
 
-#: digest of what the kernel bakes in from other modules (see the module docstring)
-_BAKED_VALUES = (DEAD, DELTA, KEY, PLEN, FHW0, FIS_TEXT, FT0, FWIDTH, OKEY, inspect.getsource(core_compiled))
-BAKED = hashlib.sha256(repr(_BAKED_VALUES).encode()).hexdigest()[:16]
-CACHED_FOR = "5db757d6745caaf8"
 
-
-@numba.njit(cache=BAKED == CACHED_FOR, nogil=True, boundscheck=False)
+@cached_njit(nogil=True, boundscheck=False)
 def fill(out, slots, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
     """Positions of one step into ``out``; returns N, or -1 (nothing written) for bad input.
 

@@ -39,8 +39,8 @@ SHIFT = 32  # key = base << 32 | index
 #: ``SHIFT`` (int64 keys stay positive), and :meth:`Pool.put` writes it as an int32
 MAX_CAPACITY = 1 << 31
 KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``data``
-#: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk cache
-#: is keyed on that module's source only: a change here must come with a change there.
+#: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry is
+#: named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
 FT0, FHW0, FWIDTH, FIS_TEXT, OKEY = (r - T0 for r in (T0, HW0, WIDTH, IS_TEXT, ORIGIN))
 FLOAT_T0, FLOAT_HW0 = 0, 1  # rows of ``floats``
 #: a growing pool holds this many times its live entries (48 bytes each): compaction, which copies the

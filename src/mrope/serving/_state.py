@@ -29,8 +29,8 @@ MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys a
 # transformers' float32 ``index + delta`` does
 FLOAT_MAX_INDEX = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free slot: no index is ever "past" it
-#: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in, and numba's on-disk
-#: cache is keyed on that module's source only: a change here must come with a change there.
+#: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry
+#: is named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
 PLEN, DELTA, KEY = 0, 1, 2
 
 

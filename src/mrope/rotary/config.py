@@ -1,0 +1,139 @@
+"""The :class:`MRotaryEmbedding` a transformers text config describes, with each family's default
+``mrope_section`` where the config leaves it out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._errors import MRopeError
+from .checks import is_int
+from .module import MRotaryEmbedding
+
+_DEFAULT_SECTIONS = {  # transformers' class defaults, used when a config leaves mrope_section out
+    "qwen2_vl_text": (16, 24, 24),
+    "qwen2_5_vl_text": (16, 24, 24),
+    "qwen2_5_omni_text": (16, 24, 24),
+    "paddleocr_vl_text": (16, 24, 24),
+    "qwen3_vl_text": (24, 20, 20),
+    "qwen3_vl_moe_text": (24, 20, 20),
+    "qwen3_omni_moe_text": (24, 20, 20),
+    "qwen3_5_text": (11, 11, 10),
+    "qwen3_5_moe_text": (11, 11, 10),
+    "qwen4_exp_text": (11, 11, 10),
+    "cosmos3_edge_text": (24, 20, 20),
+    "glm4v_text": (8, 12, 12),
+    "glm4v_moe_text": (8, 12, 12),
+    "glm_ocr_text": (8, 12, 12),
+    "ernie4_5_vl_moe_text": (22, 22, 20),
+}
+
+
+def rotary_embedding_from_config(
+    text_config: Mapping[str, Any] | Any,
+    *,
+    layout: str,
+    is_neox_style: bool,
+    dtype: torch.dtype = torch.bfloat16,
+    backend: str = "auto",
+    check_positions: bool = True,
+    max_position: int | None = None,
+    positions_factor: int = 1,
+) -> MRotaryEmbedding:
+    """Build the :class:`MRotaryEmbedding` a transformers text config describes.
+
+    Parameters
+    ----------
+    text_config : dict or transformers config
+        The *text* config (``config.text_config.to_dict()``; Omni: ``thinker_config.text_config``), or
+        a raw ``config.json`` dict of the same level. Reads ``head_dim`` (else ``hidden_size //
+        num_attention_heads``), ``max_position_embeddings``, and from ``rope_parameters`` (5.x), else
+        ``rope_scaling`` plus top-level keys (4.x ``config.json``): ``rope_theta``, ``rope_type``,
+        ``mrope_section`` (else the family default from ``model_type``), ``partial_rotary_factor``.
+    layout : {"chunked", "interleaved", "ernie"}
+    is_neox_style : bool
+    dtype : torch.dtype, default torch.bfloat16
+    backend : {"auto", "native", "triton"}, default "auto"
+    check_positions : bool, default True
+        As in :class:`MRotaryEmbedding` (``check_positions=False`` for engines and CUDA graphs).
+    max_position : int, optional
+        The cache size; by default ``max_position_embeddings * positions_factor``.
+    positions_factor : int, default 1
+        Multiplies ``max_position_embeddings`` to size the cache. M-RoPE positions can exceed the token
+        count: a Qwen2.5-VL video's time row grows with its duration (``tokens_per_second`` positions per
+        second), so a prompt of ``max_position_embeddings`` tokens can reach past the cache. vLLM sizes
+        its M-RoPE cache ``4 * max_position_embeddings``; pass ``positions_factor=4`` to do the same
+        with ``check_positions=False``, where a position past the cache is clamped silently.
+
+    Returns
+    -------
+    MRotaryEmbedding
+
+    Raises
+    ------
+    MRopeError
+        A missing key, a rope type other than default/mrope (scaled RoPE is not M-RoPE here), or a
+        config that contradicts ``layout``.
+    """
+    cfg = text_config.to_dict() if hasattr(text_config, "to_dict") else text_config
+    if not isinstance(cfg, Mapping):
+        raise MRopeError(
+            f"text_config must be a dict or a transformers config, got {type(text_config).__name__}"
+        )
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+
+    def need(key: str, value: Any) -> Any:
+        if value is None:
+            raise MRopeError(f"text config (model_type {cfg.get('model_type')!r}) has no {key}")
+        return value
+
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "mrope"):
+        raise MRopeError(f"rope type {rope_type!r} is not supported; expected 'default' (or legacy 'mrope')")
+    if rope.get("mrope_interleaved") and layout != "interleaved":
+        raise MRopeError(f"config sets mrope_interleaved but layout is {layout!r}")
+
+    def positive(key: str, value: Any) -> int:
+        if not is_int(value) or value <= 0:
+            raise MRopeError(
+                f"text config (model_type {cfg.get('model_type')!r}) has {key} = {value!r}, "
+                "expected a positive int"
+            )
+        return int(value)
+
+    head_size = cfg.get("head_dim")
+    if head_size is None or head_size == 0:  # as transformers: hidden_size // num_attention_heads
+        hidden_size = positive("hidden_size", need("hidden_size", cfg.get("hidden_size")))
+        heads = positive("num_attention_heads", need("num_attention_heads", cfg.get("num_attention_heads")))
+        head_size = hidden_size // heads
+    head_size = positive("head_dim", head_size)
+    factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if (
+        not isinstance(factor, (int, float, np.integer, np.floating))
+        or isinstance(factor, (bool, np.bool_))
+        or not 0 < factor <= 1
+    ):
+        raise MRopeError(f"partial_rotary_factor must be a number in (0, 1], got {factor!r}")
+    section = rope.get("mrope_section") or _DEFAULT_SECTIONS.get(cfg.get("model_type", ""))
+    if max_position is None:
+        if not is_int(positions_factor) or positions_factor < 1:
+            raise MRopeError(f"positions_factor must be a positive int, got {positions_factor!r}")
+        max_position = need("max_position_embeddings", cfg.get("max_position_embeddings")) * positions_factor
+    return MRotaryEmbedding(
+        head_size,
+        int(head_size * factor),
+        max_position,
+        need("rope_theta", rope.get("rope_theta", cfg.get("rope_theta"))),
+        [int(s) for s in need("mrope_section", section)],
+        layout=layout,
+        is_neox_style=is_neox_style,
+        dtype=dtype,
+        backend=backend,
+        check_positions=check_positions,
+    )
+
+
+__all__ = ["rotary_embedding_from_config"]
