@@ -1,5 +1,7 @@
-"""The compiled render: every token of a segment table in one pass (numba), and the segment walk that
-the compiled serving step shares.
+"""The numba backend of the renderer (:mod:`mrope.core.renderer`): the segment lookup
+(:func:`find_segment`), the render of a run of tokens of one segment (:func:`write_run`), the decode tail
+(:func:`write_tail`), and the compiled render of every token of a segment table in one pass, which the
+compiled serving step (:mod:`mrope.serving._compiled`) shares.
 
 :func:`mrope.core.render_all` renders with about twenty numpy passes over the stream (a running
 segment count, five gathers, a division, the formula); on a large batch each pass costs a trip through
@@ -44,6 +46,27 @@ def write_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN
             r = 0
             q += 1
     return col
+
+
+@numba.njit(inline="always")
+def write_tail(out, col, count, index, delta):  # noqa: ANN001, ANN201
+    """The decode tail: ``index + delta`` on all three rows of ``count`` tokens from ``index`` into ``out``
+    from column ``col`` (a text run with base ``delta``, offsets from index 0); returns the column after."""
+    return write_run(out, col, count, index, 1, delta, delta, 1)
+
+
+@numba.njit(inline="always")
+def find_segment(starts, index):  # noqa: ANN001, ANN201
+    """The segment of the token at ``index``: the last column whose start is ``<= index`` (a binary
+    search; ``starts`` sorted, ``starts[0] <= index``)."""
+    lo, hi = 0, starts.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if starts[mid] <= index:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @cached_njit(nogil=True, boundscheck=False)

@@ -2,9 +2,10 @@
 
 :func:`build_segments` writes the table of placed blocks (text runs and single video frames);
 :func:`render_all` renders every token of the stream and :func:`render` any token indices. Both find
-each token's segment and apply :func:`mrope.core.segments.render_formula`: ``render_all`` with a
-running count over the (sorted, nonempty) segments, chunk by chunk, into reused scratch rows;
-``render`` with a ``searchsorted`` per index. Where numba imports (unless ``MROPE_NUMBA=0``),
+each token's segment and apply :func:`mrope.core.segments.render_formula`: ``render_all`` finds
+them with a running count over the (sorted, nonempty) segments, chunk by chunk, into reused scratch
+rows; ``render`` with :func:`mrope.core.renderer.find_segments`; both render with
+:func:`mrope.core.renderer.render_at`. Where numba imports (unless ``MROPE_NUMBA=0``),
 ``render_all`` of a large int64 table runs the compiled render of :mod:`mrope.core.compiled` instead:
 one pass that walks the segments (see there why), the same formula.
 
@@ -23,7 +24,8 @@ import numpy as np
 
 from .._backends import numba_allowed
 from .place import Placed, temporal_index
-from .segments import HW0, IS_TEXT, T0, WIDTH, SegmentBuilder, SegmentTable, render_formula
+from .renderer import find_segments, render_at
+from .segments import START, SegmentBuilder, SegmentTable
 from .workspace import workspace
 
 __all__ = ["SegmentBuilder", "SegmentTable", "build_segments", "render", "render_all"]
@@ -111,47 +113,27 @@ def render_all(
     nonempty = np.empty(starts.size, dtype=bool)
     np.less(starts[:-1], starts[1:], out=nonempty[:-1])
     nonempty[-1] = starts[-1] < table.length
-    # drop empty segments: each token's segment is then a running count
-    starts = starts[nonempty]
-    fields = [row[nonempty] for row in (table.origin, table.t0, table.hw0, table.width, table.is_text)]
+    # drop empty segments: each token's segment is then a running count (a sorted walk)
+    data = table.data[:, nonempty]
+    starts = data[START]
     for begin in range(0, table.length, _CHUNK):
         end = min(begin + _CHUNK, table.length)
         rows, arange = workspace.get(end - begin)
-        segment, offset, hw0, width, is_text = rows[:5]
-        t, h, w = out[:, begin:end]
+        segment, index = rows[0], rows[1]
         first, last = starts.searchsorted([begin, end], side="right") - 1
         segment.fill(0)
         segment[starts[first + 1 : last + 1] - begin] = 1
         segment[0] = first
         np.cumsum(segment, out=segment)
-        for field, row in zip(fields, (offset, t, hw0, width, is_text), strict=True):
-            field.take(segment, out=row, mode="clip")  # "clip": no buffering (indices are valid)
-        if begin:
-            offset -= begin
-        np.subtract(arange, offset, out=offset)  # index - origin
-        np.divmod(offset, width, out=(h, w))
-        render_formula(offset, h, w, t, hw0, is_text)
+        np.add(arange, begin, out=index)
+        render_at(data, segment, index, out[:, begin:end], origin_row=table.origin_row, scratch=rows[2:])
     return out
 
 
 def render(table: SegmentTable, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Positions (3, N) of arbitrary stream indices (``index`` (N,) int64), into ``out`` if given:
     int64, or float32 for a float table (see the module docstring)."""
-    segment = table.start.searchsorted(index, side="right") - 1
-    rep = table.data.take(segment, axis=1)
-    offset = index - rep[table.origin_row]
-    if table.is_float:  # float64 sums, each rounded once to float32 by the copy into out
-        if out is None:
-            out = np.empty((3, index.size), dtype=np.float32)
-        quotient, remainder = np.divmod(offset, rep[WIDTH])
-        positions = render_formula(offset, quotient, remainder, rep[T0], rep[HW0], rep[IS_TEXT])
-        for row, position in zip(out, positions, strict=True):
-            np.copyto(row, position, casting="same_kind")
-        return out
     if out is None:
-        out = np.empty((3, index.size), dtype=np.int64)
-    t, h, w = out
-    np.divmod(offset, rep[WIDTH], out=(h, w))
-    np.copyto(t, rep[T0])
-    render_formula(offset, h, w, t, rep[HW0], rep[IS_TEXT])
-    return out
+        out = np.empty((3, index.size), dtype=np.float32 if table.is_float else np.int64)
+    segment = find_segments(table.start, index)
+    return render_at(table.data, segment, index.astype(np.int64), out, origin_row=table.origin_row)

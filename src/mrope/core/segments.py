@@ -1,4 +1,5 @@
-"""The segment: its fields, named once, and the render formula, written once.
+"""The segment: its fields, named once, and the render formula, written once (the lookup and the render
+around it, once per backend, are :mod:`mrope.core.renderer`'s).
 
 A *segment* is a run of tokens whose positions follow one formula (design: parse, place, render).
 Every segment table in mrope (:class:`mrope.core.SegmentTable`, the serving pool, the float32 and device
@@ -37,9 +38,10 @@ serves every caller:
 - numpy arrays and torch tensors: the formula runs *in place* and allocates nothing. ``offset``, ``t0``,
   ``quotient`` and ``remainder`` are scratch that it overwrites (``t0`` becomes t, ``quotient`` h,
   ``remainder`` w, ``offset`` ``offset * is_text``) and returns; ``hw0`` and ``is_text`` are only read.
-  A caller that renders into ``out`` passes the rows of ``out`` as ``t0``, ``quotient`` and
-  ``remainder`` (numpy: ``field.take(seg, out=out[0])``, ``np.divmod(offset, width, out=(out[1],
-  out[2]))``), so the hot numpy paths keep their few calls and no temporary. The result buffers must
+  :func:`mrope.core.renderer.render_at` (the numpy render every numpy caller goes through) passes the
+  rows of ``out`` as ``t0``, ``quotient`` and ``remainder`` (``field.take(seg, out=out[0])``,
+  ``np.divmod(offset, width, out=(out[1], out[2]))``), so the hot numpy paths keep their few calls and
+  no temporary. The result buffers must
   hold the fields' kind: for float ``T0``/``HW0`` (Qwen3-Omni) pass float64 buffers and round once
   when copying to float32 (numpy's in-place add refuses float into int64).
 

@@ -11,7 +11,8 @@ numba (``cache=True``: later processes load it from disk), does the whole step i
    written: :class:`PositionTable` then runs its numpy path, whose checks (:mod:`._checks`) raise the
    error, so both paths refuse the same input with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
-   its segments in order from the one a binary search over the pool's keys finds.
+   its segments in order from the one a binary search over the pool's keys finds
+   (:func:`mrope.core.compiled.find_segment`, the numba lookup of :mod:`mrope.core.renderer`).
 
 Two renders exist, this one and the numpy path's (:meth:`PositionTable.fill`), because they find
 segments differently: numpy searches every token's key at once (``searchsorted``) and divides every
@@ -38,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._numba_cache import cached_njit
-from ..core.compiled import write_run
+from ..core.compiled import find_segment, write_run, write_tail
 from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
 from ._state import DEAD, DELTA, KEY, PLEN
 
@@ -97,14 +98,7 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
         if index < length:  # prompt tokens: walk the segments from the first index's
             base = info[KEY, column]
             key = base + index
-            lo, hi = 0, keys.shape[0]  # the keys are sorted: the last slot whose key is <= key
-            while hi - lo > 1:
-                mid = (lo + hi) >> 1
-                if keys[mid] <= key:
-                    lo = mid
-                else:
-                    hi = mid
-            seg = lo
+            seg = find_segment(keys, key)  # the keys are sorted, keys[0] = 0
             stop = min(end, length)
             while index < stop:
                 seg_end = min(stop, keys[seg + 1] - base)  # the decode tail follows the last one
@@ -123,5 +117,5 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
                 seg += 1
         delta = info[DELTA, column]
         if index < end:  # past the prompt: the decode tail, text from index 0 with base delta
-            col = write_run(out, col, end - index, index, 1, delta, delta, 1)
+            col = write_tail(out, col, end - index, index, delta)
     return num

@@ -1,21 +1,20 @@
 """The numpy step of a float32 :class:`mrope.serving.PositionTable` (Qwen3-Omni's fractional positions).
 
-The same search as the int64 step (:mod:`.table`), with ``t0``, ``hw0`` and the deltas read from the
-state's float64 arrays (:class:`._state.SlotState`; float32 values). Each position is the render
-formula of :mod:`mrope.core.segments` in float64 (``t0 + offset``, ``hw0 + q``, ``hw0 + r + offset``,
-exact) rounded once to float32, as :mod:`mrope.core.render` renders ``family.positions()``; past
-the prompt ``float64(index) + delta`` rounded once, which for indices below 2**24 equals transformers'
-float32 ``index + delta`` (a float32 sum computed in float64 and rounded to float32 is the correctly
-rounded float32 sum).
+The same lookup and render as the int64 step (:mod:`.table`, through :mod:`mrope.core.renderer`), with
+``t0``, ``hw0`` and the deltas read from the state's float64 arrays (:class:`._state.SlotState`; float32
+values). Each position is the render formula in float64 (``t0 + offset``, ``hw0 + q``, ``hw0 + r +
+offset``, exact) rounded once to float32, as :mod:`mrope.core.render` renders ``family.positions()``;
+past the prompt ``float64(index) + delta`` rounded once, which for indices below 2**24 equals
+transformers' float32 ``index + delta`` (a float32 sum computed in float64 and rounded to float32 is the
+correctly rounded float32 sum).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.segments import render_formula
+from ..core.renderer import find_segments, render_at, render_tail
 from ._checks import FLOAT32, check_max, check_out, refuse_prompt_decode, validate
-from ._pool import FIS_TEXT, FLOAT_HW0, FLOAT_T0, FWIDTH, OKEY
 from ._state import KEY, PLEN, SlotState
 
 
@@ -49,19 +48,11 @@ def fill_float(
     index = np.repeat(nc - col0, ns)
     index += np.arange(num)
     dest = out[:, :num]
-    if (nc >= info[PLEN]).all():  # every token past its prompt: index + delta
-        np.add(index, np.repeat(delta, ns), out=dest[0], casting="same_kind")
-        dest[1:] = dest[0]
+    if (nc >= info[PLEN]).all():  # every token past its prompt: the decode tail
+        render_tail(dest, index, np.repeat(delta, ns))
         return num
     pool = state.pool
     key = index + np.repeat(info[KEY], ns)
-    seg = np.searchsorted(pool.keys[: pool.top], key, side="right")
-    seg -= 1
-    fields = pool.fields.take(seg, axis=1)
-    floats = pool.floats.take(seg, axis=1)
-    offset = key - fields[OKEY]
-    quotient, remainder = np.empty((2, num), dtype=np.float64)  # float64 sums, rounded once below
-    np.divmod(offset, fields[FWIDTH], out=(quotient, remainder))
-    t0, hw0 = floats[FLOAT_T0], floats[FLOAT_HW0]
-    dest[:] = render_formula(offset, quotient, remainder, t0, hw0, fields[FIS_TEXT])
+    seg = find_segments(pool.keys[: pool.top], key)
+    render_at(pool.data, seg, key, dest, floats=pool.floats)
     return num

@@ -3,8 +3,9 @@ request of the step, no host synchronization (CUDA-graph capturable).
 
 Program ``i`` reads its request's slot, columns ``query_start_loc[i] ... query_start_loc[i + 1] - 1``
 and first sequence index ``slot_num_computed[slot]``, then walks its tokens in blocks of lanes. Each lane
-finds its token's segment by a binary search over the whole pool's keys (sorted over the pool, each slot's
-decode tail covering every index past its prompt: see :mod:`._pool`), and renders its positions with
+finds its token's segment by a binary search over the whole pool's keys (``_find_segment``, the Triton
+segment lookup of :mod:`mrope.core.renderer`; the keys are sorted over the pool, each slot's decode tail
+covering every index past its prompt: see :mod:`._pool`), and renders its positions (``_render_at``) with
 :func:`mrope.core.segments.render_formula`, compiled here by ``triton.jit``. Bad values (a slot holding no
 request, a negative count, an index reaching the table's bound, a position reaching ``max_position``,
 columns outside ``out``) write 0 in the request's columns inside ``out`` and add 1 to the device error
@@ -47,6 +48,33 @@ _OKEY = tl.constexpr(OKEY)
 
 BLOCK = 1024  # lanes of a program (tokens per iteration of its loop), as vLLM's kernel
 NUM_WARPS = 8  # sm_90: 78 registers, no spills
+
+
+@triton.jit
+def _find_segment(keys_ptr, key, capacity, search_steps, mask, BLOCK: tl.constexpr):
+    """The segment lookup of a block of lanes: the last pool entry whose key is ``<= key`` (a branchless
+    binary search from entry 0, whose key, 0, is ``<=`` all; ``search_steps``: ``capacity.bit_length()``)."""
+    seg = tl.zeros([BLOCK], dtype=tl.int64)
+    for step in range(search_steps):
+        probe = seg + (1 << (search_steps - 1 - step))
+        inside = probe < capacity
+        probe_key = tl.load(keys_ptr + tl.where(inside, probe, 0), mask=mask, other=0)
+        seg = tl.where(inside & (probe_key <= key), probe, seg)
+    return seg
+
+
+@triton.jit
+def _render_at(fields_ptr, fields_row_stride, seg, key, mask):
+    """The render at segments of a block of lanes: positions ``(t, h, w)`` of the tokens at ``key`` in the
+    pool entries ``seg`` (the fields ``T0 ... ORIGIN`` of :mod:`._pool`)."""
+    fields = fields_ptr + seg
+    t0 = tl.load(fields + _FT0 * fields_row_stride, mask=mask, other=0)
+    hw0 = tl.load(fields + _FHW0 * fields_row_stride, mask=mask, other=0)
+    width = tl.load(fields + _FWIDTH * fields_row_stride, mask=mask, other=1)
+    is_text = tl.load(fields + _FIS_TEXT * fields_row_stride, mask=mask, other=0)
+    offset = key - tl.load(fields + _OKEY * fields_row_stride, mask=mask, other=0)
+    quotient = offset // width
+    return _formula(offset, quotient, offset - quotient * width, t0, hw0, is_text)
 
 
 @triton.jit
@@ -100,21 +128,8 @@ def _fill_ragged_kernel(
         col = block + lanes
         mask = col < hi
         key = key_of_column + col
-        # the last pool entry whose key is <= key: the search starts at entry 0, whose key (0) is <= all
-        seg = tl.zeros([BLOCK], dtype=tl.int64)
-        for step in range(search_steps):
-            probe = seg + (1 << (search_steps - 1 - step))
-            inside = probe < capacity
-            probe_key = tl.load(keys_ptr + tl.where(inside, probe, 0), mask=mask, other=0)
-            seg = tl.where(inside & (probe_key <= key), probe, seg)
-        fields = fields_ptr + seg
-        t0 = tl.load(fields + _FT0 * fields_row_stride, mask=mask, other=0)
-        hw0 = tl.load(fields + _FHW0 * fields_row_stride, mask=mask, other=0)
-        width = tl.load(fields + _FWIDTH * fields_row_stride, mask=mask, other=1)
-        is_text = tl.load(fields + _FIS_TEXT * fields_row_stride, mask=mask, other=0)
-        offset = key - tl.load(fields + _OKEY * fields_row_stride, mask=mask, other=0)
-        quotient = offset // width
-        t, h, w = _formula(offset, quotient, offset - quotient * width, t0, hw0, is_text)
+        seg = _find_segment(keys_ptr, key, capacity, search_steps, mask, BLOCK)
+        t, h, w = _render_at(fields_ptr, fields_row_stride, seg, key, mask)
         dest = out_ptr + col * out_col_stride
         tl.store(dest, tl.where(ok, t, 0), mask=mask)
         tl.store(dest + out_row_stride, tl.where(ok, h, 0), mask=mask)

@@ -1,5 +1,5 @@
-"""The device path of :class:`mrope.PositionTable`: the render formula of :mod:`mrope.core.segments` in
-torch ops on device tensors.
+"""The device path of :class:`mrope.PositionTable`: the renderer's torch backend (:mod:`._torch_render`:
+segment lookup, render at segments, decode tail) on device tensors.
 
 The table's state (:class:`._state.SlotState`: the pool and per-slot info) is mirrored on the device
 (copied there at admission, the only host-to-device traffic: on CUDA from a pinned staging ring,
@@ -27,9 +27,9 @@ import torch
 
 from .._backends import overlapping
 from .._errors import MRopeError
-from ..core.segments import render_formula
-from ._pool import FHW0, FIELDS, FIS_TEXT, FLOAT_HW0, FLOAT_T0, FT0, FWIDTH, KEYS, OKEY
+from ._pool import FIELDS, KEYS
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
+from ._torch_render import find_segments, render_at, render_tail
 
 _DTYPE = torch.int64  # indices, keys, integer fields
 _TORCH_DTYPES = {np.int64: torch.int64, np.float64: torch.float64}  # what the state holds
@@ -254,21 +254,8 @@ class DeviceTable:
         req.clamp_(max=n - 1)
         key = (info[KEY] + nc - ends + ns).index_select(0, req)
         key += col
-        seg = torch.searchsorted(self.keys, key, right=True)
-        seg -= 1
-        seg.clamp_(min=0)  # keys of bad requests only
-        fields = self.fields.index_select(1, seg)
-        offset = key - fields[OKEY]
-        width = fields[FWIDTH]
-        quotient = torch.div(offset, width, rounding_mode="floor")
-        remainder = offset - quotient * width
-        if self.floats is None:
-            t0, hw0 = fields[FT0], fields[FHW0]
-        else:  # float64 (float32 values): float64 sums, rounded once to float32 below
-            floats = self.floats.index_select(1, seg)
-            t0, hw0 = floats[FLOAT_T0], floats[FLOAT_HW0]
-            quotient, remainder = quotient.to(torch.float64), remainder.to(torch.float64)
-        pos = torch.stack(render_formula(offset, quotient, remainder, t0, hw0, fields[FIS_TEXT]))
+        seg = find_segments(self.keys, key)  # (clamped: keys of bad requests only)
+        pos = render_at(self.fields, seg, key, self.floats)
         if self.floats is not None:
             pos = pos.to(torch.float32)
         valid = ok.index_select(0, req)
@@ -287,13 +274,11 @@ class DeviceTable:
         info, ok, delta = self._slots_info(slots)
         index = lens - 1
         ok &= (index >= info[PLEN]) & (index < self.state.max_index)
-        pos = index + delta
-        if self.delta is not None:
-            pos = pos.to(torch.float32)  # one rounding of the float64 sum
+        pos = render_tail(index, delta)  # float32 in a float32 table: one rounding of the float64 sum
         if self.state.max_position is not None:
-            ok &= pos < self.state.max_position
+            ok &= pos[0] < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
-        torch.where(ok.expand(3, n), pos.expand(3, n), self.zero, out=out[:, :n])
+        torch.where(ok.expand(3, n), pos, self.zero, out=out[:, :n])
         return n
 
     # -- internals --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
-from ..core.segments import render_formula
+from ..core.renderer import find_segments, render_at, render_tail
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
@@ -34,12 +34,7 @@ from ._checks import INT64 as _INT64
 from ._checks import SIGN as _SIGN
 from ._checks import as_index, check_max, check_out, refuse_prompt_decode, table_dtype, validate
 from ._float import fill_float
-from ._pool import FHW0 as _FHW0
-from ._pool import FIS_TEXT as _FIS_TEXT
-from ._pool import FT0 as _FT0
-from ._pool import FWIDTH as _FWIDTH
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
-from ._pool import OKEY as _OKEY
 from ._segments import from_positions, nonempty, positions_input
 from ._state import DEAD as _DEAD
 from ._state import DELTA as _DELTA
@@ -184,7 +179,7 @@ class PositionTable:
         self._unsigned_bound = self.max_index ^ _SIGN  # the bound of counts ``^ _SIGN`` (see _fill_numpy)
         self._flags = np.empty(0, dtype=bool)
         self._grow_scratch(64)
-        self._scratch = np.empty((5, 0), dtype=np.int64)
+        self._scratch = np.empty((4, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self.backend = "numpy" if self._kernel is None else "numba"
@@ -716,10 +711,10 @@ class PositionTable:
             if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index:
                 validate(self.max_requests, slots, nc, ns, info, self.max_index, seq_lens)
             check_out(out, n, num_tokens)
-            first = np.add(nc, info[_DELTA], out=index)
+            position = np.add(nc, info[_DELTA], out=index)
             if self.max_position is not None:
-                check_max(first, self.max_position)
-            np.copyto(out[:, :n], first)
+                check_max(position, self.max_position)
+            render_tail(out[:, :n], position)
             return n
         end = np.add(nc, ns, out=scratch[_END], dtype=np.int64)
         np.bitwise_xor(nc, _SIGN, out=scratch[_NC], dtype=np.int64)
@@ -748,34 +743,28 @@ class PositionTable:
         if num == 0:
             return 0
         # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
-        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: index + delta
+        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: the decode tail
             if self.max_position is None:
                 np.add(end, info[_DELTA], out=scratch[_LAST])
-            col = np.subtract(scratch[_LAST], cum, out=scratch[_LAST]).repeat(ns)
-            col += self._ramp(num)
-            np.copyto(out[:, :num], col)
+            # each request's delta is folded into its first index (one add per request, not per token)
+            index = np.subtract(scratch[_LAST], cum, out=scratch[_LAST]).repeat(ns)
+            index += self._ramp(num)
+            render_tail(out[:, :num], index)
             return num
         start = np.subtract(end, cum, out=scratch[_END])
         start += info[_KEY]
         key = start.repeat(ns)
         key += self._ramp(num)
         pool = self._pool
-        # the last slot whose key is <= key: counted among the keys after the first (keys[0] = 0)
-        seg = pool.keys[1 : pool.top].searchsorted(key, side="right")
-        # the formula renders in place in out's rows: t0 taken into row t, divmod's quotient and
-        # remainder into rows h and w; the other fields (rows after t0) into scratch
-        t, h, w = out[0, :num], out[1, :num], out[2, :num]
-        pool.fields[_FT0].take(seg, out=t, mode="clip")  # "clip": unbuffered; seg is valid
-        fields = self._scratch_tokens(num)
-        pool.fields[_FT0 + 1 :].take(seg, axis=1, out=fields[_FT0 + 1 :], mode="clip")
-        offset = np.subtract(key, fields[_OKEY], out=key)
-        np.divmod(offset, fields[_FWIDTH], out=(h, w))
-        render_formula(offset, h, w, t, fields[_FHW0], fields[_FIS_TEXT])
+        # the pool's rows are a segment table's, keyed base << 32 | index: one lookup, one render
+        seg = find_segments(pool.keys[: pool.top], key)
+        render_at(pool.data, seg, key, out[:, :num], scratch=self._scratch_tokens(num))
         return num
 
     def _scratch_tokens(self, num: int) -> np.ndarray:
+        """(4, num) int64 scratch for :func:`mrope.core.renderer.render_at` (grown, never shrunk)."""
         if self._scratch.shape[1] < num:
-            self._scratch = np.empty((5, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
+            self._scratch = np.empty((4, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
         return self._scratch[:, :num]
 
     def _grow_scratch(self, n: int) -> None:

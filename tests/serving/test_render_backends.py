@@ -1,0 +1,113 @@
+"""The renderer's backends against its numpy primitives (:mod:`mrope.core.renderer`): numba's lookup and
+decode tail (:mod:`mrope.core.compiled`), torch's lookup, render and tail (:mod:`mrope.serving._torch_render`)
+on arbitrary pool-like tables (keys ``base << 32 | start``, origins below the starts)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mrope.core.renderer import find_segments, render_at, render_tail
+from mrope.core.segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+
+
+@st.composite
+def pools(draw):
+    """(data (6, S) int64 with keys from 0 on, indices (N,) >= 0) in the pool's form: rows of
+    mrope.core.segments, the START and ORIGIN rows offset by a base in the high 32 bits."""
+    count = draw(st.integers(1, 8))
+    gaps = draw(st.lists(st.integers(0, 6), min_size=count - 1, max_size=count - 1))
+    data = np.zeros((len(FIELDS), count), dtype=np.int64)
+    data[START] = np.cumsum([0, *gaps])
+    for row, low, high in ((T0, 0, 50), (HW0, 0, 50), (WIDTH, 1, 5), (IS_TEXT, 0, 1)):
+        data[row] = draw(st.lists(st.integers(low, high), min_size=count, max_size=count))
+    data[ORIGIN] = data[START] - np.array(draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)))
+    base = draw(st.integers(0, 3)) << 32
+    data[START, 1:] += base
+    data[ORIGIN, 1:] += base
+    top = int(data[START, -1])
+    index = np.array(draw(st.lists(st.integers(0, top + 5), max_size=30)), dtype=np.int64)
+    return data, index
+
+
+def numpy_positions(data, index):
+    segment = find_segments(data[START], index)
+    return segment, render_at(data, segment, index.copy(), np.empty((3, index.size), np.int64))
+
+
+@settings(max_examples=200)
+@given(pool=pools())
+def test_numba_lookup_matches_numpy(pool):
+    compiled = pytest.importorskip("mrope.core.compiled", exc_type=ImportError)
+    data, index = pool
+    segment, _ = numpy_positions(data, index)
+    found = [compiled.find_segment(data[START], i) for i in index.tolist()]
+    np.testing.assert_array_equal(np.array(found, dtype=np.intp).reshape(-1), segment)
+
+
+@given(index=st.integers(0, 2**32), count=st.integers(0, 6), delta=st.integers(-50, 50))
+def test_numba_tail_matches_numpy(index, count, delta):
+    compiled = pytest.importorskip("mrope.core.compiled", exc_type=ImportError)
+    out = np.zeros((3, count + 1), dtype=np.int64)
+    assert compiled.write_tail(out, 1, count, index, delta) == count + 1
+    expected = render_tail(
+        np.empty((3, count), np.int64), np.arange(index, index + count, dtype=np.int64), delta
+    )
+    np.testing.assert_array_equal(out[:, 1:], expected)
+    assert not out[:, 0].any()  # nothing before the column it was given
+
+
+@settings(max_examples=200)
+@given(pool=pools(), shift=st.sampled_from([None, 0.5]))
+def test_torch_matches_numpy(pool, shift):
+    torch = pytest.importorskip("torch")
+    from mrope.serving import _torch_render
+
+    data, index = pool
+    segment, expected = numpy_positions(data, index)
+    keys, fields = torch.from_numpy(data[START]), torch.from_numpy(data[T0:])
+    found = _torch_render.find_segments(keys, torch.from_numpy(index))
+    np.testing.assert_array_equal(found.numpy(), segment)
+    if shift is None:
+        positions = _torch_render.render_at(fields, found, torch.from_numpy(index))
+    else:  # float rows apart (a float32 pool): float64 sums
+        floats = data[[T0, HW0]].astype(np.float64) + shift
+        positions = _torch_render.render_at(fields, found, torch.from_numpy(index), torch.from_numpy(floats))
+        expected = render_at(
+            data, segment, index.copy(), np.empty((3, index.size), np.float32), floats=floats
+        )
+        positions = positions.to(torch.float32)
+    np.testing.assert_array_equal(positions.numpy(), expected)
+
+
+def test_torch_negative_control():
+    """A table that differs in one field gives other positions: the comparison above can fail."""
+    torch = pytest.importorskip("torch")
+    from mrope.serving import _torch_render
+
+    data = np.array([[0, 4], [0, 7], [0, 7], [1, 2], [1, 0], [0, 4]], dtype=np.int64)
+    index = np.arange(8, dtype=np.int64)
+    _, expected = numpy_positions(data, index)
+    changed = data.copy()
+    changed[WIDTH, 1] = 3
+    segment = _torch_render.find_segments(torch.from_numpy(changed[START]), torch.from_numpy(index))
+    positions = _torch_render.render_at(torch.from_numpy(changed[T0:]), segment, torch.from_numpy(index))
+    assert not np.array_equal(positions.numpy(), expected)
+
+
+@given(index=st.lists(st.integers(0, 2**32), max_size=20), delta=st.integers(-50, 50))
+def test_torch_tail_matches_numpy(index, delta):
+    torch = pytest.importorskip("torch")
+    from mrope.serving import _torch_render
+
+    index = np.array(index, dtype=np.int64)
+    expected = render_tail(np.empty((3, index.size), np.int64), index.copy(), delta)
+    deltas = torch.full((index.size,), delta, dtype=torch.int64)
+    np.testing.assert_array_equal(
+        _torch_render.render_tail(torch.from_numpy(index), deltas).numpy(), expected
+    )
+    floats = _torch_render.render_tail(torch.from_numpy(index), deltas.to(torch.float64) + 0.5)
+    assert floats.dtype == torch.float32
+    np.testing.assert_array_equal(
+        floats.numpy(), render_tail(np.empty((3, index.size), np.float32), index.copy(), delta + 0.5)
+    )
