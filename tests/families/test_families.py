@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import mrope
 from _peers import FAMILY_SETUPS
+from mrope.families import REGISTRY
 from strategies import (
     EDGE_LAYOUTS,
-    LAYOUTS,
     SECONDS,
     Video,
     batches,
@@ -101,7 +101,7 @@ def test_conventions_differ_after_a_long_video(peer):
     peer.check_sglang(prompt)
 
 
-@setups(lambda s: LAYOUTS[s.model_type] in ("frames", "glm"))
+@setups(lambda s: REGISTRY[s.model_type].prompt_layout in ("frames", "glm"))
 @given(data=st.data())
 def test_conventions_agree_when_every_block_is_one_frame(peer, data):
     # a video is one block per frame and images have T = 1, so max(block) + 1 == base + max(H', W'):

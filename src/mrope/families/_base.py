@@ -113,6 +113,14 @@ class Family:
     architectures: ClassVar[dict[str, str]] = {}
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
+    #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (read
+    #: by :func:`mrope.rotary.rotary_embedding_from_config` when a config leaves it out)
+    default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
+    #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
+    #: ``"glm"``, ``"ernie"`` or ``"omni"``; None: no layout known (give ``input_ids``)
+    prompt_layout: ClassVar[str | None] = None
+    #: marker token ids a config may lack (the released checkpoints' values); a config's own win
+    default_markers: ClassVar[Mapping[str, int]] = {}
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
@@ -184,6 +192,17 @@ class Family:
         time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
         shown = f", {shown}" if shown else ""
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}{shown})"
+
+    def prompt_markers(self) -> dict[str, int]:
+        """The marker token ids of the family's prompt layout: :attr:`default_markers`, then the
+        config's ``*_token_id`` ints, then the settings."""
+        given = {k: v for k, v in self.config.items() if k.endswith("_token_id") and isinstance(v, int)}
+        return {**self.default_markers, **given, **self.settings}
+
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        """Whether each vision block (by its first token in ``ids``) belongs to a video, as a bool array;
+        a family without videos has none."""
+        return np.zeros(block_starts.shape, dtype=bool)
 
     # -- the family-specific part -------------------------------------------------------------------
     def parse(self, inputs: RequestInputs) -> Blocks | ItemBlocks:
