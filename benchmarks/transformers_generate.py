@@ -349,7 +349,7 @@ def run_pipeline(quick: bool) -> tuple[list[list[Any]], list[dict[str, Any]]]:
         inner, config = model.model, model.config
 
         def mrope_per_sample(samples: list[dict[str, Any]] = samples, config: Any = config) -> list[Any]:
-            return [mt.rope_index(s, config) for s in samples]
+            return [mt.rope_index(config, s) for s in samples]
 
         def transformers_per_sample(samples: list[dict[str, Any]] = samples, inner: Any = inner) -> list[Any]:
             return [inner.get_rope_index(**s) for s in samples]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._errors import MRopeError
-from .core import COMPATS
+from .core import COMPATS, Compat
 from .families import ArrayLike, Family
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def show(
     audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
     path: str | Path,
-    compat: str | None = None,
+    compat: Compat | None = None,
     compare: bool = False,
     title: str | None = None,
 ) -> Path:
@@ -84,7 +84,7 @@ def show(
     path : str or pathlib.Path
         Where to write the picture; it must end in ``.png`` and its folder must exist.
     compat : str, optional
-        ``"vllm"`` or ``"transformers"``: the convention drawn (default: the family's own).
+        ``"vllm"`` or ``"transformers"``: the convention drawn; None (default): the family's own.
     compare : bool
         Draw both conventions over each other and highlight the tokens where they differ
         (``compat`` is then ignored).

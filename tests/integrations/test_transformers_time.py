@@ -287,7 +287,7 @@ def test_patched_model_and_rope_index_follow_transformers(dtype, frames, seconds
     assert torch.equal(deltas, expected_deltas), (
         f"patched rope_deltas {deltas} != {expected_deltas}, {context}"
     )
-    position_ids, rope_deltas = mt.rope_index(inputs, model.config)
+    position_ids, rope_deltas = mt.rope_index(model.config, inputs)
     assert torch.equal(position_ids[:, real], expected[:, real]), f"rope_index, {context}"
     assert torch.equal(rope_deltas, expected_deltas), f"rope_index deltas, {context}"
 
@@ -304,9 +304,9 @@ def test_patched_generate_gives_transformers_tokens_with_bfloat16_seconds():
         got = greedy(model, inputs)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     # not vacuous: the float32 seconds' positions differ
-    bf16, _ = mt.rope_index(inputs, model.config)
+    bf16, _ = mt.rope_index(model.config, inputs)
     f32, _ = mt.rope_index(
-        {**inputs, "second_per_grid_ts": inputs["second_per_grid_ts"].float()}, model.config
+        model.config, {**inputs, "second_per_grid_ts": inputs["second_per_grid_ts"].float()}
     )
     assert not torch.equal(bf16, f32)
 
