@@ -50,8 +50,8 @@ from typing import Any
 
 from . import prompts
 from ._errors import MRopeError
-from .families import Family, from_config
 from .core import COMPATS
+from .families import Family, from_config
 from .show import MAX_TOKENS, show
 
 __all__ = ["PromptFile", "build_prompt", "load_prompt", "main"]
@@ -179,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     draw.add_argument("--out", required=True, help="the PNG to write")
     draw.add_argument("--compare", action="store_true", help="draw both conventions and their differences")
     draw.add_argument(
-        "--compat", choices=COMPATS, help="the convention drawn (default: the family's own: the file's, else vllm)"
+        "--compat",
+        choices=COMPATS,
+        help="the convention drawn (default: the family's own: the file's, else vllm)",
     )
     draw.add_argument("--title", help="the title's first line")
     args = parser.parse_args(argv)
