@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-from _peers import peer_setup, require
 from mrope import MRopeError
 from mrope.core.place import LARGEST_POSITION
-from strategies import Image, Video, build_prompt, prompts, text
+from support.peers import peer_setup, require
+from support.strategies import Image, Video, build_prompt, prompts, text
 
 
 def family(name: str):
@@ -374,7 +374,7 @@ def test_a_video_of_too_many_frames_is_refused_before_its_frames_are_built(name,
 # -- settings ------------------------------------------------------------------------------------------
 def _config(model_type: str):
     require("torch", "transformers")
-    from peers import transformers_config, transformers_omni_config
+    from support.peers import transformers_config, transformers_omni_config
 
     if "omni" in model_type:
         return transformers_omni_config(model_type)

@@ -1,4 +1,4 @@
-"""Every family against its peers, over the family table (``_peers.FAMILY_SETUPS``): mrope's
+"""Every family against its peers, over the family table (``support.peers.FAMILY_SETUPS``): mrope's
 ``get_rope_index`` (compat="transformers") against transformers 5.24 on padded batches, and
 ``family.positions`` (compat="vllm") against SGLang 0.5.23 on single prompts, every element and delta;
 then the cases where the families differ (hand-picked layouts, blocks without markers, the conventions,
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-from _peers import FAMILY_SETUPS
 from mrope.families import REGISTRY
-from strategies import (
+from support.peers import FAMILY_SETUPS
+from support.strategies import (
     EDGE_LAYOUTS,
     SECONDS,
     Video,

@@ -1,5 +1,5 @@
 """mrope inside transformers (:mod:`mrope.integrations.transformers`), on tiny randomly initialised VLMs of
-every family (``_tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch
+every family (``support.tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch
 (transformers' own ``get_rope_index`` then raises if called), without it and after ``unpatch``; the
 positions reaching the language model and ``rope_deltas`` equal
 transformers' at real tokens; a cached ``forward()`` loop gives the same tokens; wrong positions change
@@ -9,26 +9,22 @@ positions, and a collated batch of its per-sample results gives ``forward()`` tr
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from _peers import require_module
+from support.peers import require_module
 
 torch = require_module("torch")
 require_module("transformers")
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import _tiny_vlms  # noqa: E402
-from _tiny_vlms import (  # noqa: E402
+import mrope  # noqa: E402
+from mrope.integrations import transformers as mt  # noqa: E402
+from support import tiny_vlms  # noqa: E402
+from support.tiny_vlms import (  # noqa: E402
     MAIN,
     MODELS,
     OMNI,
@@ -40,9 +36,6 @@ from _tiny_vlms import (  # noqa: E402
     tiny_config,
     tiny_model,
 )
-
-import mrope  # noqa: E402
-from mrope.integrations import transformers as mt  # noqa: E402
 
 # prompts (rows of parts: text ids, Image(H', W'), Video(T, H', W')), non-square grids throughout
 TEXT_AND_IMAGE = [[[5, 6, 7], Image(2, 3), [8, 9]]]
@@ -314,7 +307,7 @@ def test_whole_omni_model_patches_its_thinker() -> None:
         "qwen2_5_omni", thinker_config=tiny_config(thinker_type).to_dict(), enable_audio_output=False
     )
     torch.manual_seed(0)
-    whole = _tiny_vlms.model_class("qwen2_5_omni_whole")(config).eval()
+    whole = tiny_vlms.model_class("qwen2_5_omni_whole")(config).eval()
     inputs = processor_output(thinker_type, PADDED_BATCH)
     expected = greedy(whole.thinker, inputs)
     mt.patch(whole.thinker.model)
