@@ -89,4 +89,6 @@ def test_every_supported_type_is_in_the_family_table_with_a_prompt_layout():
     for model_type in sorted(set(mrope.supported_model_types()) - set(VLLM_PEER_ONLY)):
         assert REGISTRY[model_type].prompt_layout is not None, f"{model_type}'s family has no prompt_layout"
         if not model_type.endswith("_thinker"):  # reached through the top-level Omni config
-            assert model_type in tabled, f"{model_type} is not in the family table (support.peers.FAMILY_SETUPS)"
+            assert model_type in tabled, (
+                f"{model_type} is not in the family table (support.peers.FAMILY_SETUPS)"
+            )
