@@ -242,7 +242,7 @@ class FamilySetup:
 
     ``sglang``: ``"all"`` (SGLang computes every prompt), ``"images"`` (SGLang agrees on single-frame
     images only: PaddleOCR-VL, whose time SGLang scales) or ``"none"`` (SGLang has no position code).
-    ``edge_layouts``: the hand-picked layouts of :data:`support.strategies.EDGE_LAYOUTS` apply (videos of any T).
+    ``edge_layouts``: the hand-picked layouts of :data:`.strategies.EDGE_LAYOUTS` apply (videos of any T).
     ``markers_optional``: transformers finds blocks without their markers (Qwen2/2.5-VL).
     ``sglang_image_frames``: the most frames of an image on which SGLang agrees (processors give images
     one frame; SGLang scales Qwen2.5-VL's image time as its video time, with 0 seconds per grid).
