@@ -1,8 +1,9 @@
 """What the benchmark scripts share besides timing: the test suite's peer calls and the command line.
 
-The peer calls (transformers', SGLang's ``get_rope_index`` on mrope's inputs) live in ``tests/peers.py``
-so that the tests and the benchmarks compare against the same code; this module puts ``tests/`` on the
-import path, once, for the scripts that run as ``python benchmarks/<name>.py``.
+The peer calls (transformers', SGLang's ``get_rope_index`` on mrope's inputs) live in the tests' support
+package (``tests/support``) so that the tests and the benchmarks compare against the same code; this
+module puts ``tests/`` on the import path, once (as pytest's ``pythonpath`` does), for the scripts that
+run as ``python benchmarks/<name>.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "tests") not in sys.path:
     sys.path.append(str(ROOT / "tests"))
 
-import peers  # noqa: E402
+from support import peers  # noqa: E402
 
 __all__ = ["ROOT", "main", "peers"]
 

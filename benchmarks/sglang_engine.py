@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "integrations" / "sglang"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _checkpoints  # noqa: E402
-import _engine  # noqa: E402
+import _sglang_engine as _engine  # noqa: E402
 
 from _timing import format_table, percentile_us, write_json  # noqa: E402
 

@@ -32,15 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from _common import ROOT, main
+from _common import main
 from _timing import format_table, median_us, time_interleaved, write_json
-
-if str(ROOT / "tests" / "integrations") not in sys.path:
-    sys.path.append(str(ROOT / "tests" / "integrations"))
-
-import _tiny_vlms  # noqa: E402
-
 from mrope.integrations import transformers as mt  # noqa: E402
+from support import tiny_vlms  # noqa: E402
 
 VISION_START, VISION_END = 151652, 151653
 OMNI_SEQLEN = 6000  # audio feature length of the 60 s video (100 per second)
@@ -82,13 +77,13 @@ def _vlm_case(
 ) -> Case:
     import torch
 
-    model = _tiny_vlms.model_class(model_type)(
-        _tiny_vlms.tiny_config(model_type, keep_token_ids=True, vision=vision)
+    model = tiny_vlms.model_class(model_type)(
+        tiny_vlms.tiny_config(model_type, keep_token_ids=True, vision=vision)
     )
     ids, mask = _padded(rows)
     kwargs = {
         "attention_mask": mask,
-        "mm_token_type_ids": _tiny_vlms.token_types(model_type, model.config, ids),
+        "mm_token_type_ids": tiny_vlms.token_types(model_type, model.config, ids),
     }
     kwargs.update({k: torch.as_tensor(v) for k, v in grids.items()})
     return Case(title, model.eval(), ids, kwargs)
@@ -100,7 +95,7 @@ def _omni_video_row(config: Any, seqlen: int) -> list[int]:
     import mrope
 
     family = mrope.from_config(config)
-    low, high = _tiny_vlms.TEXT_IDS  # text inside the tiny vocabulary, apart from its special ids
+    low, high = tiny_vlms.TEXT_IDS  # text inside the tiny vocabulary, apart from its special ids
     text = np.random.default_rng(5).integers(low, high, size=40).tolist()
     audio = int(family.audio_tokens(np.array([seqlen]))[0])
     start, audio_start = family.vision_start_token_id, family.audio_start_token_id
@@ -135,8 +130,8 @@ def _omni_kwargs(ids: Any, seqlen: int) -> dict[str, Any]:
 def _omni_case(title: str, model_type: str, **thinker: Any) -> Case:
     import torch
 
-    config = _tiny_vlms.tiny_config(model_type, keep_token_ids=True, **thinker)
-    model = _tiny_vlms.model_class(model_type)(config).eval()
+    config = tiny_vlms.tiny_config(model_type, keep_token_ids=True, **thinker)
+    model = tiny_vlms.model_class(model_type)(config).eval()
     ids = torch.tensor([_omni_video_row(config, OMNI_SEQLEN)])
     return Case(title, model, ids, _omni_kwargs(ids, OMNI_SEQLEN))
 
@@ -287,8 +282,8 @@ def run_whole_prefill() -> tuple[list[list[Any]], list[dict[str, Any]]]:
 
     rows, results = [], []
     for model_type, (title, thinker) in WHOLE_PREFILL.items():
-        config = _tiny_vlms.tiny_config(model_type, **thinker)
-        model = _tiny_vlms.model_class(model_type)(config).eval()
+        config = tiny_vlms.tiny_config(model_type, **thinker)
+        model = tiny_vlms.model_class(model_type)(config).eval()
         ids = torch.tensor([_omni_video_row(config, OMNI_SEQLEN)])
         kwargs = _omni_kwargs(ids, OMNI_SEQLEN)
 
@@ -317,7 +312,7 @@ def _samples(kind: str, count: int) -> tuple[Any, list[dict[str, Any]]]:
 
     rng = np.random.default_rng(7)
     model_type = "qwen2_5_vl" if kind == "image" else "qwen3_vl"
-    model = _tiny_vlms.model_class(model_type)(_tiny_vlms.tiny_config(model_type, keep_token_ids=True)).eval()
+    model = tiny_vlms.model_class(model_type)(tiny_vlms.tiny_config(model_type, keep_token_ids=True)).eval()
     samples = []
     for _ in range(count):
         if kind == "image":
@@ -331,7 +326,7 @@ def _samples(kind: str, count: int) -> tuple[Any, list[dict[str, Any]]]:
                 row += [27, 15 + frame % 10, 13] + [VISION_START] + [VIDEO] * 64 + [VISION_END]
             grids = {"video_grid_thw": torch.tensor([[frames, 16, 16]])}
         ids = torch.tensor([row])
-        types = _tiny_vlms.token_types(model_type, model.config, ids)
+        types = tiny_vlms.token_types(model_type, model.config, ids)
         samples.append(
             {"input_ids": ids, "attention_mask": torch.ones_like(ids), "mm_token_type_ids": types, **grids}
         )
@@ -349,7 +344,7 @@ def run_pipeline(quick: bool) -> tuple[list[list[Any]], list[dict[str, Any]]]:
         inner, config = model.model, model.config
 
         def mrope_per_sample(samples: list[dict[str, Any]] = samples, config: Any = config) -> list[Any]:
-            return [mt.rope_index(s, config) for s in samples]
+            return [mt.rope_index(config, s) for s in samples]
 
         def transformers_per_sample(samples: list[dict[str, Any]] = samples, inner: Any = inner) -> list[Any]:
             return [inner.get_rope_index(**s) for s in samples]

@@ -1,4 +1,4 @@
-"""Shared test set-up: hypothesis profiles, the ``peer`` fixture (a :class:`_peers.PeerSetup`: a
+"""Shared test set-up: hypothesis profiles, the ``peer`` fixture (a :class:`support.peers.PeerSetup`: a
 model type's config, its mrope families under both conventions, and the peers' own answers), and the
 skip of test modules whose optional packages are missing.
 
@@ -8,7 +8,7 @@ environment variable is set: derandomized, so a run is reproducible, more exampl
 
 Only numpy, pytest and hypothesis are needed to run the suite: outside CI, a test module (or a folder's
 conftest) that cannot be imported because torch, triton, numba, transformers, SGLang or vLLM is missing
-is reported as skipped, and the tests that call a peer skip through :func:`_peers.require`. Under
+is reported as skipped, and the tests that call a peer skip through :func:`support.peers.require`. Under
 ``CI`` (where ``make test`` installs everything) both stay failures.
 """
 
@@ -21,7 +21,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, settings
 
-from _peers import PeerSetup, peer_setup, require
+from support.peers import PeerSetup, peer_setup, require
 
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 settings.register_profile("dev", max_examples=20, **_COMMON)

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-import peers
-from _peers import FAMILY_SETUPS, PEER_SETUPS, require
-from strategies import Batch, Image, Prompt, Video, batches, build_prompt, pad_batch, prompts, text
+from support import peers
+from support.peers import FAMILY_SETUPS, PEER_SETUPS, require
+from support.strategies import Batch, Image, Prompt, Video, batches, build_prompt, pad_batch, prompts, text
 
 ALL = pytest.mark.parametrize("peer", list(PEER_SETUPS), indirect=True)
 EVERY_FAMILY = pytest.mark.parametrize("peer", list(FAMILY_SETUPS), indirect=True)

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-from _peers import peer_setup, require
 from mrope import MRopeError
-from mrope.core.place import MAX_POSITION
-from strategies import Image, Video, build_prompt, prompts, text
+from mrope.core.place import LARGEST_POSITION
+from support.peers import peer_setup, require
+from support.strategies import Image, Video, build_prompt, prompts, text
 
 
 def family(name: str):
@@ -374,7 +374,7 @@ def test_a_video_of_too_many_frames_is_refused_before_its_frames_are_built(name,
 # -- settings ------------------------------------------------------------------------------------------
 def _config(model_type: str):
     require("torch", "transformers")
-    from peers import transformers_config, transformers_omni_config
+    from support.peers import transformers_config, transformers_omni_config
 
     if "omni" in model_type:
         return transformers_omni_config(model_type)
@@ -495,7 +495,7 @@ def test_many_videos_each_in_bounds_may_not_pass_the_largest_position_together(q
     base = 3 * images + 2
     last_one = base + 2**30 + 2
     last_two = last_one + 2 + 2**30 + 2
-    assert last_one < MAX_POSITION < last_two
+    assert last_one < LARGEST_POSITION < last_two
     where = "row 1" if call == "batch" else "the prompt"
     match = rf"{where}'s largest position would be {last_two}, past the largest position mrope hands out"
     with pytest.raises(MRopeError, match=match):
@@ -667,13 +667,13 @@ def test_rope_index_reads_list_valued_fields():
     family = mrope.from_config(_OMNI_THINKER)
     audio = int(family.audio_tokens(np.array([100]))[0])
     ids = [5, 151647] + [151646] * audio + [151648, 7]
-    expected = rope_index({"input_ids": [ids], "audio_feature_lengths": [100]}, family)
+    expected = rope_index(family, {"input_ids": [ids], "audio_feature_lengths": [100]})
     for mask in ([[1] * 100 + [0] * 20], np.array([[True] * 100 + [False] * 20])):
-        got = rope_index({"input_ids": [ids], "feature_attention_mask": mask}, family)
+        got = rope_index(family, {"input_ids": [ids], "feature_attention_mask": mask})
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
     single = rope_index(
-        {"input_ids": ids, "attention_mask": [1] * len(ids), "audio_feature_lengths": [100]}, family
+        family, {"input_ids": ids, "attention_mask": [1] * len(ids), "audio_feature_lengths": [100]}
     )
     np.testing.assert_array_equal(single[0], expected[0][:, 0])
     for inputs, match in (
@@ -683,7 +683,7 @@ def test_rope_index_reads_list_valued_fields():
         ({"input_ids": [ids], "feature_attention_mask": [[0.5] * 100]}, r"0/1 integers or bools, got dtype"),
     ):
         with pytest.raises(MRopeError, match=match):
-            rope_index(inputs, family)
+            rope_index(family, inputs)
 
 
 @pytest.mark.parametrize(

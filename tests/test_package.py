@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_public_names():
     assert sorted(mrope.__all__) == [
+        "Compat",
         "Family",
         "MRopeError",
         "MRotaryEmbedding",

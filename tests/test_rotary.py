@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from _peers import require_module
 from mrope._errors import MRopeError
 from mrope.rotary import (
     MRotaryEmbedding,
@@ -20,6 +19,7 @@ from mrope.rotary import (
     rotary_embedding_from_config,
     section_rows,
 )
+from support.peers import require_module
 
 transformers = require_module("transformers")
 from transformers import CONFIG_MAPPING  # noqa: E402

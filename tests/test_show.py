@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import mrope
-from _peers import FAMILY_SETUPS, require, transformers_config
 from mrope.cli import build_prompt as cli_prompt
 from mrope.cli import load_prompt, main
 from mrope.show import prompt_runs, show
-from strategies import EDGE_LAYOUTS, Image, Video, build_prompt, edge_layout
+from support.peers import FAMILY_SETUPS, require, setup_config
+from support.strategies import EDGE_LAYOUTS, Image, Video, build_prompt, edge_layout
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.json"))
@@ -114,7 +114,7 @@ def check_runs(family: mrope.Family, prompt) -> None:
 @pytest.mark.parametrize("name", [n for n, s in FAMILY_SETUPS.items() if s.edge_layouts])
 def test_runs_name_every_frame(name: str, layout: str) -> None:
     require("transformers")
-    family = mrope.from_config(transformers_config(FAMILY_SETUPS[name]))
+    family = mrope.from_config(setup_config(FAMILY_SETUPS[name]))
     check_runs(family, edge_layout(family, layout))
 
 
@@ -123,7 +123,7 @@ def test_runs_name_every_frame_omni_ernie(name: str) -> None:
     """Ernie (temporal merge) and the Omni thinkers (a video with its audio: frames cut into pieces)."""
     require("transformers")
     setup = FAMILY_SETUPS[name]
-    family = mrope.from_config(transformers_config(setup))
+    family = mrope.from_config(setup_config(setup))
     parts = [[5, 6], Image(2, 3), [7], Video(4, 3, 2, audio=900 if setup.omni else None), [8, 9]]
     seconds = [1.3] if family.uses_second_per_grid_ts else None
     prompt = build_prompt(family, parts, seconds, use_audio_in_video=setup.omni)
@@ -142,7 +142,7 @@ def test_cli_layout_matches_the_suite(name: str) -> None:
     the peer tests use)."""
     require("transformers")
     setup = FAMILY_SETUPS[name]
-    family = mrope.from_config(transformers_config(setup))
+    family = mrope.from_config(setup_config(setup))
     text_id = cli_prompt(family, [{"text": 1}]).input_ids[0]
     frames, temporal = 4, family.settings.get("temporal_merge_size", 1)
     video = {"video": [frames, 6, 4], "timestamp_tokens": 2}
@@ -164,7 +164,7 @@ def test_cli_layout_matches_the_suite(name: str) -> None:
         [7],
     ]
     if setup.omni:
-        from strategies import Audio
+        from support.strategies import Audio
 
         suite_parts.insert(1, Audio(300))
     suite = build_prompt(family, suite_parts, seconds, use_audio_in_video=setup.omni)
@@ -331,7 +331,7 @@ for path in sys.argv[1:]:
     for (name, (_, _, _, part)), line in zip(HUGE_PROMPTS.items(), lines, strict=True):
         result, seconds, status = json.loads(line)
         assert result.startswith(f"MRopeError: {part}: the prompt reaches "), (name, result)
-        assert result.endswith("mrope show draws prompts of at most 1,048,576 tokens"), (name, result)
+        assert result.endswith("prompts are laid out up to 1,048,576 tokens"), (name, result)
         assert seconds < 1.0 and status == 2, (name, seconds, status)
     assert "Traceback" not in done.stderr and done.stderr.count("mrope show: error: ") == len(files)
     assert not list(tmp_path.glob("*.png"))

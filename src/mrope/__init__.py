@@ -5,11 +5,13 @@
 
 from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
+from .core import Compat
 from .families import Family, RequestInputs, from_config, supported_model_types
 from .serving import PositionTable
 from .show import show  # matplotlib is imported when it draws
 
 __all__ = [
+    "Compat",
     "Family",
     "MRopeError",
     "MRotaryEmbedding",

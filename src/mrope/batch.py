@@ -8,7 +8,8 @@ import numpy as np
 
 from ._backends import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
-from .families import ArrayLike, Family, RequestInputs, family_of
+from .core import Compat
+from .families import ArrayLike, RequestInputs, family_for
 
 
 def get_rope_index(
@@ -19,7 +20,7 @@ def get_rope_index(
     video_grid_thw: ArrayLike | None = None,
     second_per_grid_ts: ArrayLike | None = None,
     attention_mask: ArrayLike | None = None,
-    compat: str | None = None,
+    compat: Compat | None = None,
     audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
 ) -> tuple[ArrayLike, ArrayLike]:
@@ -39,7 +40,8 @@ def get_rope_index(
         ``compat="transformers"`` Qwen2.5-VL computes the time in its dtype, as transformers does
         (bfloat16, float16, float32 or float64 tensors; see :meth:`Family.positions`).
     attention_mask : shape (B, L), optional; 0 marks padding (left or right). Padded slots get 0.
-    compat : ``"vllm"`` or ``"transformers"``; defaults to the family's own, ``"vllm"`` for configs.
+    compat : ``"vllm"``, ``"transformers"`` or None (default): the family's own, ``"vllm"`` for a config
+        (:func:`mrope.families.family_for`).
     audio_seqlens : (num_audios,) audio feature lengths in batch order, optional (Omni families only)
     use_audio_in_video : bool, optional (Omni families only): every video carries its audio
 
@@ -49,10 +51,7 @@ def get_rope_index(
     rope_deltas : shape (B, 1), int64 (float32 for Qwen3-Omni)
         Torch tensors on the device of ``input_ids`` if it is a tensor, numpy arrays otherwise.
     """
-    if isinstance(config, Family):
-        family = config if compat in (None, config.compat) else config.with_compat(compat)
-    else:
-        family = family_of(config, compat or "vllm")
+    family = family_for(config, compat)
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._errors import MRopeError
-from .core import COMPATS
+from .core import COMPATS, Compat
 from .families import ArrayLike, Family
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def show(
     audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
     path: str | Path,
-    compat: str | None = None,
+    compat: Compat | None = None,
     compare: bool = False,
     title: str | None = None,
 ) -> Path:
@@ -84,7 +84,7 @@ def show(
     path : str or pathlib.Path
         Where to write the picture; it must end in ``.png`` and its folder must exist.
     compat : str, optional
-        ``"vllm"`` or ``"transformers"``: the convention drawn (default: the family's own).
+        ``"vllm"`` or ``"transformers"``: the convention drawn; None (default): the family's own.
     compare : bool
         Draw both conventions over each other and highlight the tokens where they differ
         (``compat`` is then ignored).
@@ -202,11 +202,11 @@ def prompt_runs(
     # (start == origin); each later piece continues it
     frame_start = v_start == origin
     frame_of_piece = np.cumsum(frame_start) - 1
-    is_video_frame = _is_video(family, ids, v_start[frame_start])
+    is_video_frame = family.is_video_block(ids, v_start[frame_start])
     item, frame, frames_of_item = np.zeros((3, is_video_frame.size), dtype=np.int64)
     counts = {
         "image": _grid(image_grid_thw)[:, 0],
-        "video": _grid(video_grid_thw)[:, 0] // int(family.settings.get("temporal_merge_size", 1)),
+        "video": _grid(video_grid_thw)[:, 0] // family.video_temporal_merge,
     }
     for kind, selected in (("image", ~is_video_frame), ("video", is_video_frame)):
         per_item = counts[kind]
@@ -265,25 +265,6 @@ def _grid(grid_thw: ArrayLike | None) -> np.ndarray:
     if grid_thw is None:
         return np.zeros((0, 3), dtype=np.int64)
     return np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3)
-
-
-def _is_video(family: Family, ids: np.ndarray, frame_starts: np.ndarray) -> np.ndarray:
-    """Whether each frame (by its first token) belongs to a video.
-
-    GLM: an image placeholder inside the video markers. Otherwise the kind of the last image or video
-    placeholder at or before the frame's first token (Qwen3-Omni gives a video's audio and video tokens
-    positions merged by time, so a video frame may start on an audio placeholder)."""
-    settings = family.settings
-    if "video_token_id" not in settings:
-        depth = np.cumsum(
-            (ids == settings["video_start_token_id"]).astype(np.int64)
-            - (ids == settings["video_end_token_id"]).astype(np.int64)
-        )
-        return depth[frame_starts] > 0
-    video = ids == settings["video_token_id"]
-    placeholder = video | (ids == settings["image_token_id"])
-    last = np.maximum.accumulate(np.where(placeholder, np.arange(ids.size), 0))
-    return video[last[frame_starts]]
 
 
 def run_labels(runs: Runs, selected: np.ndarray | None = None) -> list[tuple[str, ...]]:

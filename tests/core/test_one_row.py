@@ -9,9 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import peers
-from _peers import require
-from _reference import stream_positions
 from mrope import from_config
 from mrope.core import (
     FEW_BLOCKS,
@@ -25,7 +22,10 @@ from mrope.core import (
 )
 from mrope.core.place import COMPATS
 from mrope.core.workspace import arrays
-from strategies import streams
+from support import peers
+from support.peers import require
+from support.reference import stream_positions
+from support.strategies import streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
 one_rows = streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False)

@@ -1,5 +1,5 @@
 """``mrope.core.place``: bases, next bases and deltas of random blocks, against the per-token reference
-``tests/_reference.py`` under both conventions."""
+``tests/support/reference.py`` under both conventions."""
 
 import dataclasses
 
@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _reference import stream_positions, temporal_index
 from mrope import MRopeError
 from mrope.core.blocks import Blocks, empty_blocks
 from mrope.core.place import (
@@ -23,7 +22,8 @@ from mrope.core.place import (
 from mrope.core.place import temporal_index as mrope_temporal_index
 from mrope.core.render import build_segments, render_all
 from mrope.core.segments import SegmentBuilder
-from strategies import INTERVALS, Stream, streams
+from support.reference import stream_positions, temporal_index
+from support.strategies import INTERVALS, Stream, streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
 

@@ -1,5 +1,5 @@
 """``mrope.core.render``: positions of every token (``render_all`` of the segment table) and of
-arbitrary indices (``render``), against the per-token reference ``tests/_reference.py``; the compiled
+arbitrary indices (``render``), against the per-token reference ``tests/support/reference.py``; the compiled
 render (:mod:`mrope.core.compiled`) against the numpy one on arbitrary tables."""
 
 import importlib
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peers import require
-from _reference import stream_positions
 from mrope.core.blocks import Blocks
 from mrope.core.place import COMPATS, place
 from mrope.core.render import COMPILED_FROM, build_segments, render, render_all
 from mrope.core.segments import FIELDS, NUM_BASE_FIELDS, SegmentTable
-from strategies import Stream, streams
+from support.peers import require
+from support.reference import stream_positions
+from support.strategies import Stream, streams
 
 # the module (``mrope.core.render`` is also the name of its function ``render``)
 render_module = importlib.import_module("mrope.core.render")

@@ -8,9 +8,8 @@ import ast
 import pathlib
 
 import mrope
-from _peers import FAMILY_SETUPS, require_module
-from peers import TRANSFORMERS_MODELS
-from strategies import LAYOUTS
+from mrope.families import REGISTRY
+from support.peers import FAMILY_SETUPS, TRANSFORMERS_MODELS, require_module
 
 transformers = require_module("transformers")
 
@@ -79,7 +78,7 @@ def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
         if model_type.endswith("_thinker") or model_type in VLLM_PEER_ONLY:
             continue  # reached through the top-level Omni config, or tested against vLLM
         assert model_type in TRANSFORMERS_MODELS, (
-            f"{model_type} has no transformers adapter in tests/peers.py"
+            f"{model_type} has no transformers adapter in tests/support/peers.py"
         )
         family = mrope.from_config(transformers.AutoConfig.for_model(model_type))
         assert family.model_type in (model_type, f"{model_type}_thinker")
@@ -88,6 +87,8 @@ def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
 def test_every_supported_type_is_in_the_family_table_with_a_prompt_layout():
     tabled = {setup.model_type for setup in FAMILY_SETUPS.values()}
     for model_type in sorted(set(mrope.supported_model_types()) - set(VLLM_PEER_ONLY)):
-        assert model_type in LAYOUTS, f"{model_type} has no prompt layout in tests/strategies.py"
+        assert REGISTRY[model_type].prompt_layout is not None, f"{model_type}'s family has no prompt_layout"
         if not model_type.endswith("_thinker"):  # reached through the top-level Omni config
-            assert model_type in tabled, f"{model_type} is not in the family table (_peers.FAMILY_SETUPS)"
+            assert model_type in tabled, (
+                f"{model_type} is not in the family table (support.peers.FAMILY_SETUPS)"
+            )

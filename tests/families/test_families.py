@@ -1,4 +1,4 @@
-"""Every family against its peers, over the family table (``_peers.FAMILY_SETUPS``): mrope's
+"""Every family against its peers, over the family table (``support.peers.FAMILY_SETUPS``): mrope's
 ``get_rope_index`` (compat="transformers") against transformers 5.24 on padded batches, and
 ``family.positions`` (compat="vllm") against SGLang 0.5.23 on single prompts, every element and delta;
 then the cases where the families differ (hand-picked layouts, blocks without markers, the conventions,
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-from _peers import FAMILY_SETUPS
-from strategies import (
+from mrope.families import REGISTRY
+from support.peers import FAMILY_SETUPS
+from support.strategies import (
     EDGE_LAYOUTS,
-    LAYOUTS,
     SECONDS,
     Video,
     batches,
@@ -101,7 +101,7 @@ def test_conventions_differ_after_a_long_video(peer):
     peer.check_sglang(prompt)
 
 
-@setups(lambda s: LAYOUTS[s.model_type] in ("frames", "glm"))
+@setups(lambda s: REGISTRY[s.model_type].prompt_layout in ("frames", "glm"))
 @given(data=st.data())
 def test_conventions_agree_when_every_block_is_one_frame(peer, data):
     # a video is one block per frame and images have T = 1, so max(block) + 1 == base + max(H', W'):

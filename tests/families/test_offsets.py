@@ -12,15 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mrope
-from _peers import require_module
 from mrope import MRopeError
 from mrope.core import COMPATS
 from mrope.serving import PositionTable
-from strategies import Image, Video, build_prompt, layout_kind, prompts, text
+from support.peers import require_module
+from support.strategies import Image, Video, build_prompt, layout_kind, prompts, text
 
 require_module("transformers")
 
-import peers  # noqa: E402
+from support import peers  # noqa: E402
 
 FAMILIES = {  # name -> (model_type, vision overrides)
     "qwen2_vl": ("qwen2_vl", {}),

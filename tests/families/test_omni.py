@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import mrope
-from _peers import require_module
+from support.peers import require_module
 
 require_module("transformers")
 torch = require_module("torch")
 
-from peers import as_numpy, transformers_omni_config, transformers_rope_index  # noqa: E402
+from support.peers import as_numpy, transformers_omni_config, transformers_rope_index  # noqa: E402
 
 CONFIG_2_5 = transformers_omni_config("qwen2_5_omni")
 FAMILY_2_5 = mrope.from_config(CONFIG_2_5)

@@ -1,5 +1,5 @@
 """mrope inside transformers (:mod:`mrope.integrations.transformers`), on tiny randomly initialised VLMs of
-every family (``_tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch
+every family (``support.tiny_vlms``): greedy ``generate`` gives the same tokens and scores with the patch
 (transformers' own ``get_rope_index`` then raises if called), without it and after ``unpatch``; the
 positions reaching the language model and ``rope_deltas`` equal
 transformers' at real tokens; a cached ``forward()`` loop gives the same tokens; wrong positions change
@@ -9,26 +9,22 @@ positions, and a collated batch of its per-sample results gives ``forward()`` tr
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from _peers import require_module
+from support.peers import require_module
 
 torch = require_module("torch")
 require_module("transformers")
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import _tiny_vlms  # noqa: E402
-from _tiny_vlms import (  # noqa: E402
+import mrope  # noqa: E402
+from mrope.integrations import transformers as mt  # noqa: E402
+from support import tiny_vlms  # noqa: E402
+from support.tiny_vlms import (  # noqa: E402
     MAIN,
     MODELS,
     OMNI,
@@ -40,9 +36,6 @@ from _tiny_vlms import (  # noqa: E402
     tiny_config,
     tiny_model,
 )
-
-import mrope  # noqa: E402
-from mrope.integrations import transformers as mt  # noqa: E402
 
 # prompts (rows of parts: text ids, Image(H', W'), Video(T, H', W')), non-square grids throughout
 TEXT_AND_IMAGE = [[[5, 6, 7], Image(2, 3), [8, 9]]]
@@ -206,7 +199,7 @@ def test_omni_audio(model_type: str, monkeypatch) -> None:
     assert torch.equal(positions[:, real], expected_positions[:, real])
     assert torch.equal(deltas, expected_deltas)
     assert_same_generation(expected, greedy(model, inputs), f"{model_type} with audio, after unpatch")
-    pipeline = mt.rope_index(inputs, model.config, use_audio_in_video=True)
+    pipeline = mt.rope_index(model.config, inputs, use_audio_in_video=True)
     assert torch.equal(pipeline[0][:, real], expected_positions[:, real])
     assert torch.equal(pipeline[1], expected_deltas)
 
@@ -314,7 +307,7 @@ def test_whole_omni_model_patches_its_thinker() -> None:
         "qwen2_5_omni", thinker_config=tiny_config(thinker_type).to_dict(), enable_audio_output=False
     )
     torch.manual_seed(0)
-    whole = _tiny_vlms.model_class("qwen2_5_omni_whole")(config).eval()
+    whole = tiny_vlms.model_class("qwen2_5_omni_whole")(config).eval()
     inputs = processor_output(thinker_type, PADDED_BATCH)
     expected = greedy(whole.thinker, inputs)
     mt.patch(whole.thinker.model)
@@ -374,7 +367,7 @@ def test_rope_index_equals_transformers(model_type: str, left: bool) -> None:
     model = tiny_model(model_type)
     inputs = processor_output(model_type, batch_of(model_type), left=left, pixels=False)
     expected, expected_deltas = forward_positions(model, inputs)
-    positions, deltas = mt.rope_index(inputs, model.config)
+    positions, deltas = mt.rope_index(model.config, inputs)
     real = inputs["attention_mask"].bool()
     assert positions.dtype == expected.dtype and positions.shape == expected.shape
     assert torch.equal(positions[:, real], expected[:, real])
@@ -387,7 +380,7 @@ def test_rope_index_equals_transformers(model_type: str, left: bool) -> None:
             k: v[0] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v
             for k, v in sample.items()
         }
-        one, one_delta = mt.rope_index(sample, model.config)
+        one, one_delta = mt.rope_index(model.config, sample)
         assert one.shape == (3, sample["input_ids"].shape[0]) and one_delta.shape == (1,)
         assert torch.equal(one, positions[:, row, real[row]])
         assert torch.equal(one_delta, deltas[row])
@@ -400,26 +393,34 @@ def test_rope_index_inputs() -> None:
 
     config = tiny_config("qwen2_vl")
     inputs = processor_output("qwen2_vl", PADDED_BATCH)
-    expected = mt.rope_index(inputs, config)
+    expected = mt.rope_index(config, inputs)
     batch_feature = BatchFeature({**inputs, "second_per_grid_ts": torch.tensor([0.5])})
     as_numpy = {k: v.numpy() for k, v in inputs.items()}
     family = mrope.from_config(config, compat=mt.installed_compat())
     for got in (
-        mt.rope_index(batch_feature, config),
-        mt.rope_index(inputs, config.to_dict()),
-        mt.rope_index(inputs, family),
+        mt.rope_index(config, batch_feature),
+        mt.rope_index(config.to_dict(), inputs),
+        mt.rope_index(family, inputs),
+        mt.rope_index(inputs=inputs, config=config),
     ):
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-    numpy_positions, numpy_deltas = mt.rope_index(as_numpy, config)
+    numpy_positions, numpy_deltas = mt.rope_index(config, as_numpy)
     assert isinstance(numpy_positions, np.ndarray)
     np.testing.assert_array_equal(numpy_positions, expected[0].numpy(), strict=True)
     np.testing.assert_array_equal(numpy_deltas, expected[1].numpy(), strict=True)
     with pytest.raises(mrope.MRopeError, match="has no input_ids"):
-        mt.rope_index({"attention_mask": inputs["attention_mask"]}, config)
+        mt.rope_index(config, {"attention_mask": inputs["attention_mask"]})
     with pytest.raises(mrope.MRopeError, match="processor's output"):
-        mt.rope_index(inputs["input_ids"], config)
-    with pytest.raises(mrope.MRopeError, match="family with compat="):
-        mt.rope_index(inputs, family, compat="vllm" if family.compat == "transformers" else "transformers")
+        mt.rope_index(config, inputs["input_ids"])
+    other = "vllm" if family.compat == "transformers" else "transformers"
+    under_other = mt.rope_index(family, inputs, compat=other)  # a compat given: the family under it
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(under_other, mt.rope_index(config, inputs, compat=other), strict=True)
+    )
+    with pytest.warns(DeprecationWarning, match=r"rope_index\(inputs, config\) is the old argument order"):
+        old = mt.rope_index(inputs, config)  # the old order still works
+    assert torch.equal(old[0], expected[0]) and torch.equal(old[1], expected[1])
 
 
 def test_rope_index_in_a_dataset_and_collate() -> None:
@@ -435,7 +436,7 @@ def test_rope_index_in_a_dataset_and_collate() -> None:
 
         def __getitem__(self, i: int) -> dict[str, Any]:
             inputs = processor_output(model_type, [rows[i]])  # what the processor gives for one sample
-            position_ids, rope_deltas = mt.rope_index(inputs, model.config)
+            position_ids, rope_deltas = mt.rope_index(model.config, inputs)
             return {**inputs, "position_ids": position_ids, "rope_deltas": rope_deltas}
 
     def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:

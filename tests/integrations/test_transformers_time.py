@@ -15,11 +15,9 @@ forces it).
 from __future__ import annotations
 
 import functools
-import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,23 +25,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peers import require, require_module, torch_grids
+from support.peers import require, require_module, torch_grids
 
 torch = require_module("torch")
 require_module("transformers")
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import _tiny_vlms  # noqa: E402
-
 import mrope  # noqa: E402
-import peers  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations import transformers as mt  # noqa: E402
 from mrope.serving import PositionTable  # noqa: E402
-from strategies import SECONDS, Image, Video, batches, build_prompt, prompts, text  # noqa: E402
+from support import peers, tiny_vlms  # noqa: E402
+from support.strategies import SECONDS, Image, Video, batches, build_prompt, prompts, text  # noqa: E402
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 DTYPE_IDS = [str(d).removeprefix("torch.") for d in DTYPES]
@@ -271,12 +263,12 @@ def check_vllm_time(positions: np.ndarray, prompt: Any, seconds: list[float] | N
     seconds=st.lists(SECOND_VALUES, min_size=2, max_size=2),
 )
 def test_patched_model_and_rope_index_follow_transformers(dtype, frames, seconds):
-    model = _tiny_vlms.tiny_model("qwen2_5_vl")
+    model = tiny_vlms.tiny_model("qwen2_5_vl")
     rows = [
-        [[5, 6], _tiny_vlms.Video(frames, 1, 1), [7]],
-        [[5], _tiny_vlms.Image(1, 2), [6], _tiny_vlms.Video(3, 2, 1), [8, 9]],
+        [[5, 6], tiny_vlms.Video(frames, 1, 1), [7]],
+        [[5], tiny_vlms.Image(1, 2), [6], tiny_vlms.Video(3, 2, 1), [8, 9]],
     ]
-    inputs = _tiny_vlms.processor_output("qwen2_5_vl", rows, pixels=False)
+    inputs = tiny_vlms.processor_output("qwen2_5_vl", rows, pixels=False)
     inputs["second_per_grid_ts"] = torch.tensor(seconds, dtype=dtype)
     context = f"{dtype}, {frames} frames, seconds {inputs['second_per_grid_ts'].tolist()}"
     expected, expected_deltas = forward_positions(model, inputs)
@@ -287,7 +279,7 @@ def test_patched_model_and_rope_index_follow_transformers(dtype, frames, seconds
     assert torch.equal(deltas, expected_deltas), (
         f"patched rope_deltas {deltas} != {expected_deltas}, {context}"
     )
-    position_ids, rope_deltas = mt.rope_index(inputs, model.config)
+    position_ids, rope_deltas = mt.rope_index(model.config, inputs)
     assert torch.equal(position_ids[:, real], expected[:, real]), f"rope_index, {context}"
     assert torch.equal(rope_deltas, expected_deltas), f"rope_index deltas, {context}"
 
@@ -295,18 +287,18 @@ def test_patched_model_and_rope_index_follow_transformers(dtype, frames, seconds
 def test_patched_generate_gives_transformers_tokens_with_bfloat16_seconds():
     # 2/25 s per step at 4 tokens per second (the tiny config): frame 28 at 9 in bfloat16, 8 in float32;
     # 1 s per step: frame 257 at 1024 in bfloat16 (its index rounds to 256), 1028 in float32
-    model = _tiny_vlms.tiny_model("qwen2_5_vl")
-    rows = [[[5, 6], _tiny_vlms.Video(30, 1, 1), [7]], [[5], _tiny_vlms.Video(300, 1, 1), [8, 9]]]
-    inputs = _tiny_vlms.processor_output("qwen2_5_vl", rows, pixels=False)
+    model = tiny_vlms.tiny_model("qwen2_5_vl")
+    rows = [[[5, 6], tiny_vlms.Video(30, 1, 1), [7]], [[5], tiny_vlms.Video(300, 1, 1), [8, 9]]]
+    inputs = tiny_vlms.processor_output("qwen2_5_vl", rows, pixels=False)
     inputs["second_per_grid_ts"] = torch.tensor([2 / 25, 1.0], dtype=torch.bfloat16)
     expected = greedy(model, inputs)
     with patched(model):
         got = greedy(model, inputs)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     # not vacuous: the float32 seconds' positions differ
-    bf16, _ = mt.rope_index(inputs, model.config)
+    bf16, _ = mt.rope_index(model.config, inputs)
     f32, _ = mt.rope_index(
-        {**inputs, "second_per_grid_ts": inputs["second_per_grid_ts"].float()}, model.config
+        model.config, {**inputs, "second_per_grid_ts": inputs["second_per_grid_ts"].float()}
     )
     assert not torch.equal(bf16, f32)
 

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from _peers import require_module
+from support.peers import require_module
 
 require_module("triton")
 

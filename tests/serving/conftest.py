@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from _peers import require
+from support.peers import require
 
 if importlib.util.find_spec("torch") is not None:
     import torch

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _engine import family
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mrope.serving import PositionTable
 from mrope.serving.device import DeviceTable
-from strategies import Image, Video, build_prompt, text
+from support.engine import family
+from support.strategies import Image, Video, build_prompt, text
 
 aten = torch.ops.aten
 SYNCING = {

@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _engine import family
-from _snapshot import unchanged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peers import require
 from mrope import MRopeError
 from mrope.serving import PositionTable
-from strategies import Image, Video, build_prompt, text
+from support.engine import family
+from support.peers import require
+from support.snapshot import unchanged
+from support.strategies import Image, Video, build_prompt, text
 
 
 @pytest.fixture
@@ -371,7 +371,7 @@ def test_slots_must_be_ints(table: PositionTable, bad) -> None:
 
 
 def test_add_needs_a_family(table: PositionTable) -> None:
-    from _engine import CONFIGS
+    from support.engine import CONFIGS
 
     for bad in (CONFIGS["qwen2_vl"], "qwen2_vl", None):
         unchanged(

@@ -13,16 +13,16 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from _engine import CONFIGS, family
-from _snapshot import unchanged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from _peers import require
 from mrope import MRopeError
 from mrope.serving import PositionTable
-from strategies import Image, Video, build_prompt, prompts, text
+from support.engine import CONFIGS, family
+from support.peers import require
+from support.snapshot import unchanged
+from support.strategies import Image, Video, build_prompt, prompts, text
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INDEX_DTYPES = [np.int64, np.int32]  # vLLM's idx_mapping, query_start_loc and counts are int32

@@ -10,14 +10,14 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from _engine import family
-from _snapshot import unchanged
 from numpy.lib.stride_tricks import as_strided
 
 from mrope import MRopeError
 from mrope.serving import PositionTable, _pool
 from mrope.serving import table as table_module
-from strategies import Image, build_prompt, text
+from support.engine import family
+from support.snapshot import unchanged
+from support.strategies import Image, build_prompt, text
 
 STEP = np.array([0, 2]), np.array([0, 7]), np.array([2, 1])  # slots, num_computed, num_scheduled
 SHARING = "out has elements sharing memory"

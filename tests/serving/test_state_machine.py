@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _engine import CONFIGS, OMNI, family, reference
-from _snapshot import assert_same, snapshot, unchanged
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mrope import MRopeError
 from mrope.serving import PositionTable
-from strategies import prompts
+from support.engine import CONFIGS, OMNI, family, reference
+from support.snapshot import assert_same, snapshot, unchanged
+from support.strategies import prompts
 
 NAMES = sorted(CONFIGS) + list(OMNI)
 BACKENDS = ["numpy"] + (["numba"] if importlib.util.find_spec("numba") else [])

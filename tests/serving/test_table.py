@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _engine import CONFIGS, OMNI, Live, family, reference, register
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrope import MRopeError
 from mrope.serving import PositionTable
-from strategies import Image, Video, build_prompt, prompts, text
+from support.engine import CONFIGS, OMNI, Live, family, reference, register
+from support.strategies import Image, Video, build_prompt, prompts, text
 
 CAPACITY = 400  # columns of the step buffer; steps are kept below it
 INDEX_DTYPES = [np.int64, np.int32]  # vLLM's counts are int32 numpy arrays
@@ -417,7 +417,7 @@ def test_readmission_reuses_the_slot_entries(backend: str, monkeypatch: pytest.M
 def test_reserve_and_freeze(backend: str) -> None:
     """``reserve`` sizes the pool and the device scratch now; after ``freeze`` the device tensors keep
     their addresses (compaction runs in place), and what would grow them raises, changing nothing."""
-    from _snapshot import unchanged
+    from support.snapshot import unchanged
 
     fam, p = _video_prompt()
     expected = fam.positions(p.input_ids, **p.kwargs())

@@ -9,10 +9,10 @@ import threading
 
 import numpy as np
 import pytest
-from _engine import family
 
 from mrope.serving import PositionTable
-from strategies import Image, build_prompt, text
+from support.engine import family
+from support.strategies import Image, build_prompt, text
 
 ROUNDS = 300
 

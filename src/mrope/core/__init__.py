@@ -11,17 +11,24 @@ same render of a long stream in one pass). :mod:`.one_row` is the fast path of o
 blocks.
 """
 
+from typing import Literal
+
 from .blocks import BlockRow, Blocks, locate_items
 from .one_row import FEW_BLOCKS, block_rows, blocks_from_rows, render_one_row, segments_one_row
 from .place import COMPATS, ItemBlocks, Placed, place
 from .render import build_segments, render, render_all
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
 
+#: a convention: where text resumes after a vision block (:data:`COMPATS` lists them; the README's
+#: conventions). ``compat=None`` in every API means the family's own (see :func:`mrope.families.family_for`)
+Compat = Literal["vllm", "transformers"]
+
 __all__ = [
     "FEW_BLOCKS",
     "ItemBlocks",
     "BlockRow",
     "COMPATS",
+    "Compat",
     "FIELDS",
     "Blocks",
     "Placed",

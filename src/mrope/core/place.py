@@ -72,8 +72,9 @@ TRANSFORMERS_TIMES = {
     "float16": TimeArithmetic("float16", np.float32, np.float32, FLOAT16),
     "bfloat16": TimeArithmetic("bfloat16", np.float32, np.float32, BFLOAT16),
 }
-# largest position mrope hands out: int32 consumers (kernels, caches) hold every position up to it
-MAX_POSITION = 2**31 - 1
+#: the largest position mrope hands out, an inclusive bound (``max_position`` elsewhere is an exclusive
+#: one): int32 consumers (kernels, caches) hold every position up to it
+LARGEST_POSITION = 2**31 - 1
 
 
 def check_compat(compat: str) -> str:
@@ -90,16 +91,16 @@ def check_video_time(video_time: str) -> str:
 
 def check_max_position(row_lengths: np.ndarray, delta: np.ndarray) -> None:
     """Refuse a stream in which a row's largest position, ``row length + delta - 1``, passes
-    :data:`MAX_POSITION`: the rule every family's positions follow, checked on the whole prompt (items
+    :data:`LARGEST_POSITION`: the rule every family's positions follow, checked on the whole prompt (items
     each within bounds can pass it together). O(rows)."""
     last = row_lengths + delta - 1
-    over = last > MAX_POSITION
+    over = last > LARGEST_POSITION
     if over.any():
         r = int(over.argmax())
         where = "the prompt's" if last.size == 1 else f"row {r}'s"
         raise MRopeError(
             f"{where} largest position would be {last[r]:.0f}, past the largest position mrope hands out, "
-            f"{MAX_POSITION} (2**31 - 1): its vision items span more positions than an int32 holds"
+            f"{LARGEST_POSITION} (2**31 - 1): its vision items span more positions than an int32 holds"
         )
 
 
@@ -350,6 +351,6 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
         placed.append((start, start + num_tokens, base, frames, height, width, t))
     last = length - 1 + shift
     delta = (last if last > reach else reach) + 1 - length
-    if length + delta > MAX_POSITION + 1:
+    if length + delta > LARGEST_POSITION + 1:
         check_max_position(np.array([length]), np.array([delta]))
     return placed, shift, delta

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import MRopeError
+from ..core import Compat
 from ._base import Family
 from .bailing_moe_v3_vl import BailingMoeV3VL
 from .cohere_compass import CohereCompass
@@ -49,6 +50,10 @@ FAMILIES: tuple[type[Family], ...] = (
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
 #: remote-code configs (whose ``model_type`` varies) by architecture: the model type mrope gives them
 ARCHITECTURES: dict[str, str] = {arch: t for cls in FAMILIES for arch, t in cls.architectures.items()}
+#: transformers' default ``mrope_section`` by text ``model_type``, as the families state it
+DEFAULT_MROPE_SECTIONS: dict[str, tuple[int, int, int]] = {
+    text_type: section for cls in FAMILIES for text_type, section in cls.default_mrope_sections.items()
+}
 # sub-configs that from_config descends into, in order, when the config has them
 NESTED_CONFIGS = ("thinker_config",)
 
@@ -68,7 +73,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def from_config(
-    config: Any, *, compat: str = "vllm", video_time: str = "float32", **overrides: Any
+    config: Any, *, compat: Compat = "vllm", video_time: str = "float32", **overrides: Any
 ) -> Family:
     """The family of a transformers config, with its token ids and merge sizes.
 
@@ -120,11 +125,13 @@ def from_config(
 
 __all__ = [
     "ARCHITECTURES",
+    "DEFAULT_MROPE_SECTIONS",
     "FAMILIES",
     "REGISTRY",
     "ArrayLike",
     "Family",
     "RequestInputs",
+    "family_for",
     "family_of",
     "from_config",
     "supported_model_types",
@@ -136,7 +143,7 @@ __all__ = [
 _FAMILIES: dict[tuple[int, str], Family] = {}
 
 
-def family_of(config: Any, compat: str) -> Family:
+def family_of(config: Any, compat: Compat) -> Family:
     """``from_config(config, compat=compat)``, read once per config object (dicts are read each time):
     for callers that get a model's config on every call (``get_rope_index``, a data pipeline)."""
     if isinstance(config, Mapping):
@@ -151,3 +158,14 @@ def family_of(config: Any, compat: str) -> Family:
             return family
         _FAMILIES[key] = family
     return family
+
+
+def family_for(config: Any, compat: Compat | None = None, *, default: Compat = "vllm") -> Family:
+    """The family a call computes with; the one meaning of ``compat=None``: the family's own.
+
+    A :class:`Family` keeps its ``compat`` (a ``compat`` given: the family under it); a config is read
+    once (:func:`family_of`) under ``compat``, else under ``default`` (:func:`from_config`'s ``"vllm"``;
+    the transformers integration reads a model's config under the installed transformers')."""
+    if isinstance(config, Family):
+        return config if compat in (None, config.compat) else config.with_compat(compat)
+    return family_of(config, default if compat is None else compat)

@@ -26,6 +26,7 @@ from ..core import (
     FEW_BLOCKS,
     BlockRow,
     Blocks,
+    Compat,
     ItemBlocks,
     Placed,
     SegmentTable,
@@ -39,7 +40,7 @@ from ..core import (
     segments_one_row,
 )
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
-from ..core.place import MAX_POSITION, check_compat, check_video_time
+from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from .inputs import ArrayLike, RequestInputs, Seconds
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ _NO_GRIDS.flags.writeable = False
 _FEW_GRIDS = 16  # up to this many grids, a Python pass costs less than numpy calls on tiny arrays
 
 # what each setting holds (token ids, named ``*_token_id``, are ints >= 0): "size", an int >= 1; "rate",
-# a finite number > 0 and at most MAX_POSITION (positions per second, seconds per chunk)
+# a finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk)
 SETTING_KINDS = {
     "spatial_merge_size": "size",
     "temporal_merge_size": "size",
@@ -71,9 +72,10 @@ def check_setting(model_type: str, name: str, value: Any) -> None:
     is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if kind == "rate":
         is_number = is_int or isinstance(value, (float, np.floating))
-        if not (is_number and 0 < value <= MAX_POSITION):  # NaN fails too
+        if not (is_number and 0 < value <= LARGEST_POSITION):  # NaN fails too
             raise MRopeError(
-                f"{model_type}: {name} must be a finite number > 0 and at most {MAX_POSITION}, got {value!r}"
+                f"{model_type}: {name} must be a finite number > 0 and at most {LARGEST_POSITION}, "
+                f"got {value!r}"
             )
     elif not is_int or value < (1 if kind == "size" else 0):
         what = "a positive int" if kind == "size" else "an int >= 0 (a token id)"
@@ -113,10 +115,18 @@ class Family:
     architectures: ClassVar[dict[str, str]] = {}
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
+    #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (read
+    #: by :func:`mrope.rotary.rotary_embedding_from_config` when a config leaves it out)
+    default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
+    #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
+    #: ``"glm"``, ``"ernie"`` or ``"omni"``; None: no layout known (give ``input_ids``)
+    prompt_layout: ClassVar[str | None] = None
+    #: marker token ids a config may lack (the released checkpoints' values); a config's own win
+    default_markers: ClassVar[Mapping[str, int]] = {}
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
-    compat: str = "vllm"
+    compat: Compat = "vllm"
     #: the arithmetic of scaled video time under compat "vllm": "float32" or "float64"
     #: (:data:`mrope.core.place.VIDEO_TIMES`); under "transformers" the seconds' dtype decides
     video_time: str = "float32"
@@ -160,7 +170,7 @@ class Family:
         """The family's settings and their values."""
         return {name: getattr(self, name) for name in self.setting_names()}
 
-    def with_compat(self, compat: str) -> Family:
+    def with_compat(self, compat: Compat) -> Family:
         """This family under another convention, with the same settings (overrides and ``video_time``
         included)."""
         return replace(self, compat=compat)
@@ -187,6 +197,17 @@ class Family:
         time = "" if self.video_time == "float32" else f", video_time={self.video_time!r}"
         shown = f", {shown}" if shown else ""
         return f"{type(self).__name__}({self.model_type!r}, compat={self.compat!r}{time}{shown})"
+
+    def prompt_markers(self) -> dict[str, int]:
+        """The marker token ids of the family's prompt layout: :attr:`default_markers`, then the
+        config's ``*_token_id`` ints, then the settings."""
+        given = {k: v for k, v in self.config.items() if k.endswith("_token_id") and isinstance(v, int)}
+        return {**self.default_markers, **given, **self.settings}
+
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        """Whether each vision block (by its first token in ``ids``) belongs to a video, as a bool array;
+        a family without videos has none."""
+        return np.zeros(block_starts.shape, dtype=bool)
 
     # -- the family-specific part -------------------------------------------------------------------
     def parse(self, inputs: RequestInputs) -> Blocks | ItemBlocks:
@@ -562,8 +583,8 @@ class Family:
 
     def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> Seconds | None:
         """The seconds per grid step of each video as float64 with the dtype they were given in (None if
-        not given; see :class:`Seconds`): each in ``[0, MAX_POSITION]``, and, for families that scale
-        time, no video's last frame past ``MAX_POSITION`` (its time index, ``(T - 1) * seconds *
+        not given; see :class:`Seconds`): each in ``[0, LARGEST_POSITION]``, and, for families that scale
+        time, no video's last frame past ``LARGEST_POSITION`` (its time index, ``(T - 1) * seconds *
         time_rate``, would otherwise pass int64 when cast)."""
         checked, given = None, None
         if seconds is not None:
@@ -584,19 +605,19 @@ class Family:
             checked = Seconds(values, _dtype_of(seconds, dtype))
             given = values.tolist()
             for i, x in enumerate(given):  # one value per video: a Python pass (NaN fails ``0 <= x``)
-                if not 0 <= x <= MAX_POSITION:
+                if not 0 <= x <= LARGEST_POSITION:
                     finite = 0 <= x < math.inf
-                    rule = f"must be at most {MAX_POSITION}" if finite else "must be finite and >= 0"
+                    rule = f"must be at most {LARGEST_POSITION}" if finite else "must be finite and >= 0"
                     raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
             temporal, rate = self._temporal_of[1], self.time_rate
             given = given or [1.0] * len(videos)
             for i, ((t, _, _), x) in enumerate(zip(videos.tolist(), given, strict=True)):
-                if (t // temporal - 1) * x * rate > MAX_POSITION:
+                if (t // temporal - 1) * x * rate > LARGEST_POSITION:
                     raise MRopeError(
                         f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "
                         f"{i}'s last frame (T = {t // temporal}) would get time index "
-                        f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {MAX_POSITION}"
+                        f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {LARGEST_POSITION}"
                     )
         return checked
 

@@ -29,6 +29,7 @@ from .._errors import MRopeError
 from ..core.place import ItemBlocks
 from ._base import Family
 from .inputs import ArrayLike, RequestInputs
+from .qwen2_vl import video_by_placeholder
 
 IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
 
@@ -59,6 +60,7 @@ class OmniFamily(Family):
     spatial_merge_size: int
     position_id_per_seconds: int | float
     extra_inputs = ("audio_seqlens", "use_audio_in_video")
+    prompt_layout = "omni"
     takes_offsets = False
     uses_second_per_grid_ts = True
     # Qwen2.5-Omni's to_dict() names the ids *_token_index
@@ -98,6 +100,16 @@ class OmniFamily(Family):
     @property
     def time_rate(self) -> float:
         return self.position_id_per_seconds
+
+    def prompt_markers(self) -> dict[str, int]:
+        """The shared markers; an end marker the config lacks is its start marker + 1 (the checkpoints')."""
+        markers = super().prompt_markers()
+        markers.setdefault("vision_end_token_id", self.vision_start_token_id + 1)
+        markers.setdefault("audio_end_token_id", self.audio_start_token_id + 1)
+        return markers
+
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        return video_by_placeholder(ids, block_starts, self.image_token_id, self.video_token_id)
 
     # -- audio ----------------------------------------------------------------------------------------
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:

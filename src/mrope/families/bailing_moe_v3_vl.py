@@ -9,3 +9,5 @@ from .qwen2_vl import Qwen2VL
 
 class BailingMoeV3VL(ImagesOnly, Qwen2VL):
     model_types = ("bailing_moe_v3_vl",)
+    default_mrope_sections = {}
+    prompt_layout = None  # (not laid out by mrope.prompts)

@@ -7,3 +7,4 @@ from .qwen3_vl import Qwen3VL
 
 class CohereCompass(Qwen3VL):
     model_types = ("cohere_compass",)
+    default_mrope_sections = {}

@@ -7,3 +7,4 @@ from .qwen3_vl import Qwen3VL
 
 class Cosmos3(Qwen3VL):
     model_types = ("cosmos3_edge", "cosmos3_omni")
+    default_mrope_sections = {"cosmos3_edge_text": (24, 20, 20)}

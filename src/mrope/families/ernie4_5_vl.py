@@ -20,6 +20,14 @@ class Ernie4_5_VL(Qwen2VL):
     model_types = ("ernie4_5_vl_moe",)
     rotary_layout = "ernie"
     rotary_is_neox_style = False
+    default_mrope_sections = {"ernie4_5_vl_moe_text": (22, 22, 20)}
+    prompt_layout = "ernie"
+    default_markers = {
+        "image_start_token_id": 101304,
+        "image_end_token_id": 101305,
+        "video_start_token_id": 101306,
+        "video_end_token_id": 101307,
+    }
 
     temporal_merge_size: int
 

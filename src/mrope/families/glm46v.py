@@ -7,6 +7,7 @@ from .glm4v import Glm4V
 
 class Glm46V(Glm4V):
     model_types = ("glm46v", "glm_ocr")
+    default_mrope_sections = {"glm_ocr_text": (8, 12, 12)}
 
     @property
     def rotary_is_neox_style(self) -> bool:

@@ -16,6 +16,9 @@ from .inputs import RequestInputs
 class Glm4V(Family):
     model_types = ("glm4v", "glm4v_moe")
     video_frames_in_prompt = True
+    default_mrope_sections = {"glm4v_text": (8, 12, 12), "glm4v_moe_text": (8, 12, 12)}
+    prompt_layout = "glm"
+    default_markers = {"image_start_token_id": 151339, "image_end_token_id": 151340}
 
     image_token_id: int
     video_start_token_id: int
@@ -25,6 +28,13 @@ class Glm4V(Family):
     @property
     def rotary_is_neox_style(self) -> bool:  # GLM-4.1V rotates GPT-J pairs, GLM-4.5V NeoX halves
         return self.model_type != "glm4v"
+
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        """A video frame is an image block inside the video markers."""
+        depth = np.cumsum(
+            (ids == self.video_start_token_id).astype(np.int64) - (ids == self.video_end_token_id)
+        )
+        return depth[block_starts] > 0
 
     def parse(self, inputs: RequestInputs) -> Blocks:
         parts = self.image_and_frame_blocks(inputs.array, *inputs.rows(), inputs.images, inputs.videos)

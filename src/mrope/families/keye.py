@@ -18,3 +18,5 @@ class Keye(Qwen3VL):
         "KeyeVL1_5ForConditionalGeneration": "keye_vl1_5",
     }
     rotary_layout = "chunked"
+    default_mrope_sections = {}
+    prompt_layout = None  # (remote-code processors: not laid out by mrope.prompts)

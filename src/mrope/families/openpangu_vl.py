@@ -15,4 +15,6 @@ from .qwen3_vl import Qwen3VL
 class OpenPanguVL(OneFrameImages, Qwen3VL):
     model_types = ("openpangu_vl",)
     architectures = {"OpenPanguVLForConditionalGeneration": "openpangu_vl"}
+    default_mrope_sections = {}
+    prompt_layout = None  # (a remote-code processor: not laid out by mrope.prompts)
     rotary_layout = "chunked"  # (interleaved where its rope parameters set mrope_interleaved: not read)

@@ -10,3 +10,4 @@ from .qwen2_vl import Qwen2VL
 
 class PaddleOCRVL(Qwen2VL):
     model_types = ("paddleocr_vl",)
+    default_mrope_sections = {"paddleocr_vl_text": (16, 24, 24)}

@@ -29,6 +29,7 @@ from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2_5Omni(OmniFamily):
     model_types = ("qwen2_5_omni", "qwen2_5_omni_thinker")
+    default_mrope_sections = {"qwen2_5_omni_text": (16, 24, 24)}
 
     seconds_per_chunk: int | float
     #: time units per interleaving chunk, ``int(position_id_per_seconds * seconds_per_chunk)``

@@ -33,6 +33,7 @@ from .qwen2_vl import Qwen2VL
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2_5_VL(Qwen2VL):
     model_types = ("qwen2_5_vl",)
+    default_mrope_sections = {"qwen2_5_vl_text": (16, 24, 24)}
 
     tokens_per_second: int | float = 2
     uses_second_per_grid_ts = True

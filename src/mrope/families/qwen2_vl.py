@@ -21,10 +21,19 @@ from .inputs import RequestInputs, Seconds
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2VL(Family):
     model_types: ClassVar[tuple[str, ...]] = ("qwen2_vl",)
+    default_mrope_sections: ClassVar[dict[str, tuple[int, int, int]]] = {"qwen2_vl_text": (16, 24, 24)}
+    prompt_layout: ClassVar[str | None] = "whole"
+    default_markers: ClassVar[dict[str, int]] = {
+        "vision_start_token_id": 151652,
+        "vision_end_token_id": 151653,
+    }
 
     image_token_id: int
     video_token_id: int
     spatial_merge_size: int
+
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        return video_by_placeholder(ids, block_starts, self.image_token_id, self.video_token_id)
 
     def parse(self, inputs: RequestInputs) -> Blocks:
         ids, (rows, lengths) = inputs.array, inputs.rows()
@@ -114,3 +123,14 @@ class Qwen2VL(Family):
         """Temporal index step between a video's frames and the rounding of its time: 1 and none unless
         the family scales time."""
         return 1.0, 0
+
+
+def video_by_placeholder(
+    ids: np.ndarray, block_starts: np.ndarray, image_id: int, video_id: int
+) -> np.ndarray:
+    """Whether each block is a video's: the kind of the last image or video placeholder at or before its
+    first token (a Qwen3-Omni video frame may start on an audio placeholder, merged by time)."""
+    video = ids == video_id
+    placeholder = video | (ids == image_id)
+    last = np.maximum.accumulate(np.where(placeholder, np.arange(ids.size), 0))
+    return video[last[block_starts]]

@@ -33,6 +33,7 @@ f32 = np.float32
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen3Omni(OmniFamily):
     model_types = ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
+    default_mrope_sections = {"qwen3_omni_moe_text": (24, 20, 20)}
     rotary_layout = "interleaved"
 
     n_window: int = 50

@@ -15,6 +15,8 @@ from .qwen2_vl import Qwen2VL
 class Qwen3VL(Qwen2VL):
     model_types: ClassVar[tuple[str, ...]] = ("qwen3_vl", "qwen3_vl_moe")
     rotary_layout = "interleaved"
+    default_mrope_sections = {"qwen3_vl_text": (24, 20, 20), "qwen3_vl_moe_text": (24, 20, 20)}
+    prompt_layout = "frames"
     video_frames_in_prompt = True
 
     def video_blocks(

@@ -17,9 +17,11 @@ largest position, ``generate()`` from the last one.)
 ``BatchFeature``) to ``(position_ids, rope_deltas)``, for a batch or a single sample, so that training
 can pass ``position_ids`` to ``forward()`` instead of having the model compute them per step.
 
-``compat=None`` (both calls) follows the installed transformers: ``"transformers"`` from 5.3 on (text
-after a vision block resumes at ``base + max(H', W')``), ``"vllm"`` before; results then equal
-transformers' own, Qwen2.5-VL's scaled video time included: it is computed in the dtype of the
+``compat=None`` (both calls) means the family's own, as everywhere in mrope
+(:func:`mrope.families.family_for`): a family passed keeps its ``compat``, and a model's config is read
+under the installed transformers' convention: ``"transformers"`` from 5.3 on (text after a vision block
+resumes at ``base + max(H', W')``), ``"vllm"`` before; results then equal transformers' own,
+Qwen2.5-VL's scaled video time included: it is computed in the dtype of the
 ``second_per_grid_ts`` tensor handed over (bfloat16 or float16 once the inputs were cast with
 ``.to(dtype)``), as transformers computes it (``compat="vllm"`` keeps vLLM's and SGLang's arithmetic).
 Omni thinkers follow transformers' thinker code under either value; transformers leaves 1 in padded
@@ -31,6 +33,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,8 +41,8 @@ import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
 from .._backends import to_numpy
-from ..core import COMPATS
-from ..families import Family, family_of
+from ..core import COMPATS, Compat
+from ..families import Family, family_for
 
 __all__ = ["MRopeRopeIndex", "installed_compat", "is_patched", "patch", "rope_index", "unpatch"]
 
@@ -51,7 +54,7 @@ _AUDIO_NAMES = ("audio_seqlens", "use_audio_in_video")
 
 
 @functools.cache
-def installed_compat() -> str:
+def installed_compat() -> Compat:
     """The convention of the installed transformers: ``"transformers"`` from 5.3 on, else ``"vllm"``."""
     try:
         version = importlib.metadata.version("transformers")
@@ -67,12 +70,13 @@ def installed_compat() -> str:
     return "transformers" if tuple(numbers) >= TRANSFORMERS_CONVENTION_SINCE else "vllm"
 
 
-def _resolve_compat(compat: str | None) -> str:
+def _resolve_compat(compat: str | None) -> Compat:
+    """The compat a model's config is read under: ``compat``, or the installed transformers' for None."""
     if compat is None:
         return installed_compat()
     if compat not in COMPATS:
         raise MRopeError(f"compat must be None, 'vllm' or 'transformers', got {compat!r}")
-    return compat
+    return compat  # type: ignore[return-value]
 
 
 class MRopeRopeIndex:
@@ -144,15 +148,16 @@ def _patched(owner: Any) -> MRopeRopeIndex | None:
     return found if isinstance(found, MRopeRopeIndex) else None
 
 
-def patch(model: Any, *, compat: str | None = None) -> Any:
+def patch(model: Any, *, compat: Compat | None = None) -> Any:
     """Make ``model`` compute its 3-D positions with mrope; returns ``model``.
 
     Parameters
     ----------
     model : a transformers VLM: its ``...ForConditionalGeneration``, its inner ``...Model``, an Omni
         thinker (or a whole Omni model, whose thinker is patched).
-    compat : ``None`` (default: the installed transformers' convention, so that positions, ``rope_deltas``
-        and generated tokens equal transformers'), ``"vllm"`` or ``"transformers"``.
+    compat : ``None`` (default: the family's own, the model's config read under the installed
+        transformers' convention, so that positions, ``rope_deltas`` and generated tokens equal
+        transformers'), ``"vllm"`` or ``"transformers"``.
 
     Raises
     ------
@@ -216,10 +221,10 @@ _SECONDS_KEYS = ("second_per_grid_ts", "video_second_per_grid")
 
 
 def rope_index(
-    inputs: Mapping[str, Any],
     config: Any,
+    inputs: Mapping[str, Any],
     *,
-    compat: str | None = None,
+    compat: Compat | None = None,
     use_audio_in_video: bool | None = None,
 ) -> tuple[Any, Any]:
     """``(position_ids, rope_deltas)`` of a processor's output, as the model's ``forward()`` computes them.
@@ -228,16 +233,20 @@ def rope_index(
     can be passed to ``forward(position_ids=...)``, and ``rope_deltas`` is what ``generate()`` stores
     for decoding.
 
+    The arguments come in :func:`mrope.get_rope_index`'s order, config first; the old order
+    ``rope_index(inputs, config)`` still works, with a ``DeprecationWarning``.
+
     Parameters
     ----------
+    config : the model's transformers config (or its ``to_dict()``), or a family from
+        :func:`mrope.from_config`.
     inputs : the processor's output (dict or ``BatchFeature``). Read: ``input_ids`` (``(B, L)`` or one
         sample ``(L,)``), ``attention_mask``, ``image_grid_thw``, ``video_grid_thw``,
         ``second_per_grid_ts`` (Omni: ``video_second_per_grid``; read only for families that scale video
         time, as transformers does), ``feature_attention_mask`` or ``audio_feature_lengths`` (Omni
         audio). Everything else (``mm_token_type_ids``, pixel tensors) is ignored.
-    config : the model's transformers config (or its ``to_dict()``), or a family from
-        :func:`mrope.from_config` (then ``compat`` must be None or the family's).
-    compat : None (default: the installed transformers' convention), ``"vllm"`` or ``"transformers"``.
+    compat : None (default: the family's own; a config is read under the installed transformers'
+        convention), ``"vllm"`` or ``"transformers"`` (a family is then used under it).
     use_audio_in_video : Omni only: every video carries its audio (the processor's argument of that name).
 
     Returns
@@ -247,6 +256,14 @@ def rope_index(
     rope_deltas : ``(B, 1)``, or ``(1,)`` for 1-D ``input_ids`` (stacking samples gives ``(B, 1)``).
         Torch tensors on the device of ``input_ids`` when it is a tensor, numpy arrays otherwise.
     """
+    if _is_config(inputs) and not _is_config(config):  # the old order, rope_index(inputs, config)
+        warnings.warn(
+            "rope_index(inputs, config) is the old argument order: call rope_index(config, inputs), as "
+            "get_rope_index(config, input_ids)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        config, inputs = inputs, config
     if not isinstance(inputs, Mapping):
         raise MRopeError(
             f"inputs must be a processor's output (a dict or BatchFeature), got {type(inputs).__name__}"
@@ -258,12 +275,10 @@ def rope_index(
         input_ids = to_numpy(input_ids, name="input_ids")
     if mask is not None and not hasattr(mask, "ndim"):
         mask = to_numpy(mask, name="attention_mask")
-    if isinstance(config, Family):
-        if compat not in (None, config.compat):
-            raise MRopeError(f"config is a family with compat={config.compat!r}, compat={compat!r} differs")
-        family = config
+    if compat is not None or isinstance(config, Family):
+        family = family_for(config, compat if compat is None else _resolve_compat(compat))
     else:
-        family = family_of(config, _resolve_compat(compat))
+        family = family_for(config, default=installed_compat())
     single = np.ndim(input_ids) == 1
     if single:  # one sample: a batch of one
         input_ids = input_ids[None] if hasattr(input_ids, "ndim") else [input_ids]
@@ -295,6 +310,15 @@ def rope_index(
     if single:
         return positions[:, 0], deltas[0]
     return positions, deltas
+
+
+def _is_config(value: Any) -> bool:
+    """Whether ``value`` is a model's config or family (not a processor's output)."""
+    if isinstance(value, Family):
+        return True
+    if isinstance(value, Mapping):
+        return "model_type" in value
+    return hasattr(value, "to_dict") and hasattr(value, "model_type")
 
 
 def _audio_lengths(feature_mask: Any) -> np.ndarray:

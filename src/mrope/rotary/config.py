@@ -10,26 +10,9 @@ import numpy as np
 import torch
 
 from .._errors import MRopeError
+from ..families import DEFAULT_MROPE_SECTIONS  # transformers' defaults, used when a config leaves it out
 from .checks import is_int
 from .module import MRotaryEmbedding
-
-_DEFAULT_SECTIONS = {  # transformers' class defaults, used when a config leaves mrope_section out
-    "qwen2_vl_text": (16, 24, 24),
-    "qwen2_5_vl_text": (16, 24, 24),
-    "qwen2_5_omni_text": (16, 24, 24),
-    "paddleocr_vl_text": (16, 24, 24),
-    "qwen3_vl_text": (24, 20, 20),
-    "qwen3_vl_moe_text": (24, 20, 20),
-    "qwen3_omni_moe_text": (24, 20, 20),
-    "qwen3_5_text": (11, 11, 10),
-    "qwen3_5_moe_text": (11, 11, 10),
-    "qwen4_exp_text": (11, 11, 10),
-    "cosmos3_edge_text": (24, 20, 20),
-    "glm4v_text": (8, 12, 12),
-    "glm4v_moe_text": (8, 12, 12),
-    "glm_ocr_text": (8, 12, 12),
-    "ernie4_5_vl_moe_text": (22, 22, 20),
-}
 
 
 def rotary_embedding_from_config(
@@ -117,7 +100,7 @@ def rotary_embedding_from_config(
         or not 0 < factor <= 1
     ):
         raise MRopeError(f"partial_rotary_factor must be a number in (0, 1], got {factor!r}")
-    section = rope.get("mrope_section") or _DEFAULT_SECTIONS.get(cfg.get("model_type", ""))
+    section = rope.get("mrope_section") or DEFAULT_MROPE_SECTIONS.get(cfg.get("model_type", ""))
     if max_position is None:
         if not is_int(positions_factor) or positions_factor < 1:
             raise MRopeError(f"positions_factor must be a positive int, got {positions_factor!r}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._backends import to_numpy
 from .._errors import MRopeError
-from ..core.place import MAX_POSITION
+from ..core.place import LARGEST_POSITION
 from ..core.render import render_all
 from ..core.segments import HW0, IS_TEXT, NUM_BASE_FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable
 
@@ -111,23 +111,23 @@ def positions_input(positions: Any, delta: Any, *, floats: bool) -> tuple[np.nda
     bad_kind = isinstance(delta, (bool, np.bool_)) or not isinstance(delta, kinds)
     if bad_kind or (floats and not np.isfinite(delta)):
         raise MRopeError(f"delta must be an int{' or a float' if floats else ''}, got {delta!r}")
-    # bounds before the conversion (unsigned values must not wrap): positions in [0, MAX_POSITION]
+    # bounds before the conversion (unsigned values must not wrap): positions in [0, LARGEST_POSITION]
     if pos.dtype.kind == "f" and not np.isfinite(pos).all():
         raise MRopeError("positions must be finite")
     low, high = pos.min(), pos.max()
-    if low < 0 or high > MAX_POSITION:
-        raise MRopeError(f"positions must lie in [0, {MAX_POSITION}], got values from {low} to {high}")
+    if low < 0 or high > LARGEST_POSITION:
+        raise MRopeError(f"positions must lie in [0, {LARGEST_POSITION}], got values from {low} to {high}")
     if floats:
         pos, delta = pos.astype(np.float32, copy=False), float(np.float32(delta))
     else:
         pos, delta = pos.astype(np.int64, copy=False), int(delta)
     # past the prompt, ``index + delta``: the first one above every prompt position (no collision),
-    # the last prompt index's within MAX_POSITION (the families' rule)
+    # the last prompt index's within LARGEST_POSITION (the families' rule)
     length = pos.shape[1]
-    if not float(high) < length + delta <= MAX_POSITION + 1:
+    if not float(high) < length + delta <= LARGEST_POSITION + 1:
         raise MRopeError(
             f"delta = {delta} does not fit the positions: the first position past the prompt, "
             f"{length} + delta, must exceed the largest prompt position {high} and stay within "
-            f"{MAX_POSITION + 1}"
+            f"{LARGEST_POSITION + 1}"
         )
     return pos, delta

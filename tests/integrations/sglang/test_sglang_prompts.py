@@ -5,23 +5,18 @@ when asked, and disable() restores SGLang."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import _tiny_vlms as tiny  # noqa: E402
-from _tiny_vlms import Image, Video  # noqa: E402
-
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations import _sglang_audit  # noqa: E402
 from mrope.integrations import sglang as plugin  # noqa: E402
+from support import tiny_vlms as tiny  # noqa: E402
+from support.tiny_vlms import Image, Video  # noqa: E402
 
 TEXT = [5, 6, 7]
 # prompts as each family's processor lays them out: images, videos (Qwen2.5-VL: scaled time whose

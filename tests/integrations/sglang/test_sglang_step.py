@@ -5,22 +5,17 @@ check mode's message. SGLang's methods run unbound on stand-in batches holding w
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import _tiny_vlms as tiny  # noqa: E402
-from _tiny_vlms import Image, Video  # noqa: E402
-
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations._sglang_step import RunnerTable  # noqa: E402
+from support import tiny_vlms as tiny  # noqa: E402
+from support.tiny_vlms import Image, Video  # noqa: E402
 
 TEXT = [5, 6, 7]
 PROMPTS = [

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _peers import require_module
+from support.peers import require_module
 
 vllm = require_module("vllm")
 torch = require_module("torch")

@@ -48,7 +48,7 @@ OMNI = ("qwen2_5_omni", "qwen3_omni_moe")  # Qwen3-Omni: float32 positions, a fl
 @functools.cache
 def family(name: str, compat: str = "vllm") -> Any:
     if name in OMNI:
-        from peers import transformers_omni_config
+        from support.peers import transformers_omni_config
 
         pps = {"qwen3_omni_moe": 13}.get(name, 25)  # Qwen3-Omni checkpoints: 13 (fractional times)
         return mrope.from_config(transformers_omni_config(name, position_id_per_seconds=pps), compat=compat)

@@ -8,7 +8,7 @@
 - :func:`streams` generates raw core inputs (rows of text runs and vision blocks) for the core tests.
 
 Grids are drawn *after* merging (H', W') and multiplied by the family's merge size, so every grid
-is valid; layouts (:func:`layout_kind`) per family:
+is valid; layouts (:func:`layout_kind`, the family's ``prompt_layout``; :mod:`mrope.prompts` lays them out):
 
 - ``whole`` (Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL): ``vision_start, pads * (T*H'*W'), vision_end`` for
   images and videos.
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from mrope import prompts as prompts_module
 from mrope.core import Blocks
 
 # ids that no family treats as special (Cosmos3-Edge's special ids lie below 100)
@@ -40,30 +41,6 @@ TEXT_IDS = st.integers(100, 1000)
 # fractional and awkward second_per_grid_ts values (as the processor's float32), plus 0 and whole seconds
 # (0.7: k * 1.4 truncates differently in float32 and float64, 7 vs 6 at k = 5)
 SECONDS = (0.5, 1.3, 0.25, 2.7, 0.7, 1.0, 2.0, 0.0, 0.1, 1 / 3, 4.0, 5.5)
-
-# model_type -> how its processor lays out images and videos (see the module docstring)
-LAYOUTS = {
-    "qwen2_vl": "whole",
-    "qwen2_5_vl": "whole",
-    "paddleocr_vl": "whole",
-    "qwen3_vl": "frames",
-    "qwen3_vl_moe": "frames",
-    "qwen3_5": "frames",
-    "qwen3_5_moe": "frames",
-    "qwen4_exp": "frames",
-    "cosmos3_edge": "frames",
-    "cosmos3_omni": "frames",
-    "cohere_compass": "frames",
-    "glm4v": "glm",
-    "glm4v_moe": "glm",
-    "glm46v": "glm",
-    "glm_ocr": "glm",
-    "ernie4_5_vl_moe": "ernie",
-    "qwen2_5_omni": "omni",
-    "qwen2_5_omni_thinker": "omni",
-    "qwen3_omni_moe": "omni",
-    "qwen3_omni_moe_thinker": "omni",
-}
 
 
 def f32(x: float) -> float:
@@ -160,39 +137,9 @@ def _as_array(name: str, values: Any, kind: str) -> Any:
 
 def layout_kind(family: Any) -> str:
     """How the family lays out its items: ``whole``, ``frames``, ``glm``, ``ernie`` or ``omni``."""
-    if family.model_type not in LAYOUTS:
-        raise KeyError(f"no prompt layout for {family.model_type}: add it to strategies.LAYOUTS")
-    return LAYOUTS[family.model_type]
-
-
-def marker_ids(family: Any) -> dict[str, int]:
-    """The family's marker token ids (from its config, with the released defaults)."""
-    cfg = family.config
-    kind = layout_kind(family)
-    if kind in ("glm", "ernie"):
-        return {
-            "image_start": cfg.get("image_start_token_id", 151339),
-            "image_end": cfg.get("image_end_token_id", 151340),
-            "video_start": cfg["video_start_token_id"],
-            "video_end": cfg["video_end_token_id"],
-        }
-    if kind == "omni":
-        start, audio_start = family.vision_start_token_id, family.audio_start_token_id
-        return {
-            "vision_start": start,
-            "vision_end": cfg.get("vision_end_token_id", start + 1),
-            "audio_start": audio_start,
-            "audio_end": cfg.get("audio_end_token_id", audio_start + 1),
-        }
-    return {
-        "vision_start": cfg.get("vision_start_token_id", 151652),
-        "vision_end": cfg.get("vision_end_token_id", 151653),
-    }
-
-
-def audio_tokens(family: Any, seqlen: int) -> int:
-    """Placeholder tokens of an audio of ``seqlen`` feature frames (the family's own rule)."""
-    return int(family.audio_tokens(np.array([seqlen]))[0])
+    if family.prompt_layout is None:
+        raise KeyError(f"no prompt layout for {family.model_type}: set its family's prompt_layout")
+    return family.prompt_layout
 
 
 def build_prompt(
@@ -203,69 +150,42 @@ def build_prompt(
     markers: bool = True,
     use_audio_in_video: bool = False,
 ) -> Prompt:
-    """The prompt of ``parts`` as the family's processor lays it out (see the module docstring).
+    """The prompt of ``parts`` as the family's processor lays it out (:func:`mrope.prompts.build_prompt`).
 
     ``markers=False`` (``whole`` layout only) leaves out vision_start/vision_end, so that a block can sit
     at the very first or last index of the prompt (transformers finds blocks without markers).
     ``use_audio_in_video`` (Omni): every video carries its audio (``Video.audio``)."""
-    kind = layout_kind(family)
-    if not markers and kind != "whole":
-        raise ValueError("markers=False is only meaningful for the whole layout (Qwen2/2.5-VL, PaddleOCR-VL)")
     merge = family.spatial_merge_size
-    temporal = getattr(family, "temporal_merge_size", 1) if kind == "ernie" else 1
-    ids: list[int] = []
-    images: list[list[int]] = []
-    videos: list[list[int]] = []
-    audios: list[int] = []
-    mk = marker_ids(family)
-    image_marks = ("image_start", "image_end") if kind in ("glm", "ernie") else ("vision_start", "vision_end")
-
-    def block(pads: list[int], start: str, end: str) -> None:
-        ids.extend(([mk[start]] if markers else []) + pads + ([mk[end]] if markers else []))
-
+    library_parts: list[dict[str, Any]] = []
     for part in parts:
         if isinstance(part, Image):
-            images.append([part.frames, part.height * merge, part.width * merge])
-            block([family.image_token_id] * (part.frames * part.height * part.width), *image_marks)
+            library_parts.append({"image": [part.frames, part.height * merge, part.width * merge]})
         elif isinstance(part, Audio):
-            if kind != "omni":
-                raise ValueError(f"{family.model_type} takes no audio")
-            audios.append(part.seqlen)
-            block([family.audio_token_id] * audio_tokens(family, part.seqlen), "audio_start", "audio_end")
+            library_parts.append({"audio": part.seqlen})
         elif isinstance(part, Video):
-            videos.append([part.frames, part.height * merge, part.width * merge])
-            plane = part.height * part.width
-            if part.frames % temporal:
-                raise ValueError(f"{part.frames} frames are not a multiple of temporal_merge_size {temporal}")
-            if kind == "glm":  # frames of image tokens inside the video markers
-                ids.append(mk["video_start"])
-                for k in range(part.frames):
-                    block([family.image_token_id] * plane, "image_start", "image_end")
-                    ids.extend(part.timestamp(k))
-                ids.append(mk["video_end"])
-                continue
-            pads = [family.video_token_id] * (part.frames // temporal * plane)
-            if kind == "omni" and use_audio_in_video:
-                if part.audio is None:
-                    raise ValueError("use_audio_in_video: every video needs its audio (Video.audio)")
-                audios.append(part.audio)
-                audio = [family.audio_token_id] * audio_tokens(family, part.audio)
-                ids.extend(
-                    [mk["vision_start"], mk["audio_start"], *pads, *audio, mk["audio_end"], mk["vision_end"]]
-                )
-            elif kind in ("whole", "omni"):
-                block(pads, "vision_start", "vision_end")
-            elif kind == "ernie":
-                block(pads, "video_start", "video_end")
-            else:  # frames
-                for k in range(part.frames):
-                    ids.extend(part.timestamp(k))
-                    block([family.video_token_id] * plane, "vision_start", "vision_end")
+            if use_audio_in_video and part.audio is None:
+                raise ValueError("use_audio_in_video: every video needs its audio (Video.audio)")
+            video: dict[str, Any] = {
+                "video": [part.frames, part.height * merge, part.width * merge],
+                "timestamp_tokens": [part.timestamp(k) for k in range(part.frames)],
+            }
+            if part.audio is not None:
+                video["audio"] = part.audio
+            library_parts.append(video)
         else:
-            ids.extend(int(i) for i in part)
+            library_parts.append({"text": [int(i) for i in part]})
+    laid_out = prompts_module.build_prompt(
+        family, library_parts, use_audio_in_video=use_audio_in_video, markers=markers
+    )
     seconds = None if second_per_grid_ts is None else [f32(s) for s in second_per_grid_ts]
-    audio_seqlens = audios if kind == "omni" else None
-    return Prompt(ids, images, videos, seconds, audio_seqlens, use_audio_in_video and kind == "omni")
+    return Prompt(
+        laid_out.input_ids,
+        laid_out.image_grid_thw,
+        laid_out.video_grid_thw,
+        seconds,
+        laid_out.audio_seqlens,
+        laid_out.use_audio_in_video,
+    )
 
 
 def text(n: int, first: int = 1) -> list[int]:
