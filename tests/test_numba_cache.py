@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _peers import require_module
+from support.peers import require_module
 
 numba = require_module("numba")
 from mrope._numba_cache import compiled_digest  # noqa: E402
