@@ -6,19 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrope.core.renderer import find_segments, render_at, render_tail
-from mrope.core.segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+from mrope.core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+from support.strategies import segment_data
 
 
 @st.composite
 def tables(draw, max_segments: int = 8):
     """(data (6, S) int64 sorted by start, the first at 0, origin <= start; length; indices (N,))."""
-    count = draw(st.integers(1, max_segments))
-    gaps = draw(st.lists(st.integers(0, 6), min_size=count - 1, max_size=count - 1))
-    data = np.zeros((len(FIELDS), count), dtype=np.int64)
-    data[START] = np.cumsum([0, *gaps])
-    for row, low, high in ((T0, 0, 50), (HW0, 0, 50), (WIDTH, 1, 5), (IS_TEXT, 0, 1)):
-        data[row] = draw(st.lists(st.integers(low, high), min_size=count, max_size=count))
-    data[ORIGIN] = data[START] - np.array(draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)))
+    data = draw(segment_data(max_segments))
     length = int(data[START, -1]) + draw(st.integers(1, 6))
     index = np.array(draw(st.lists(st.integers(0, length - 1), max_size=30)), dtype=np.int64)
     return data, length, index

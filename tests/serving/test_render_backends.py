@@ -8,20 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrope.core.renderer import find_segments, render_at, render_tail
-from mrope.core.segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+from mrope.core.segments import HW0, ORIGIN, START, T0, WIDTH
+from support.strategies import segment_data
 
 
 @st.composite
 def pools(draw):
     """(data (6, S) int64 with keys from 0 on, indices (N,) >= 0) in the pool's form: rows of
     mrope.core.segments, the START and ORIGIN rows offset by a base in the high 32 bits."""
-    count = draw(st.integers(1, 8))
-    gaps = draw(st.lists(st.integers(0, 6), min_size=count - 1, max_size=count - 1))
-    data = np.zeros((len(FIELDS), count), dtype=np.int64)
-    data[START] = np.cumsum([0, *gaps])
-    for row, low, high in ((T0, 0, 50), (HW0, 0, 50), (WIDTH, 1, 5), (IS_TEXT, 0, 1)):
-        data[row] = draw(st.lists(st.integers(low, high), min_size=count, max_size=count))
-    data[ORIGIN] = data[START] - np.array(draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)))
+    data = draw(segment_data())
     base = draw(st.integers(0, 3)) << 32
     data[START, 1:] += base
     data[ORIGIN, 1:] += base

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from mrope import prompts as prompts_module
 from mrope.core import Blocks
+from mrope.core.segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 # ids that no family treats as special (Cosmos3-Edge's special ids lie below 100)
 TEXT_IDS = st.integers(100, 1000)
@@ -530,3 +531,17 @@ def streams(
         num_tokens=frames_ * heights_ * widths_,
     )
     return Stream(arr(row_starts, np.int64), arr(row_lengths, np.int64), pos, blocks)
+
+
+@st.composite
+def segment_data(draw: st.DrawFn, max_segments: int = 8) -> np.ndarray:
+    """A segment table's data (6, S) int64 in the rows of :mod:`mrope.core.segments`: sorted by start,
+    the first at 0, any fields, each origin at most 3 before its start (for the renderer's primitives)."""
+    count = draw(st.integers(1, max_segments))
+    gaps = draw(st.lists(st.integers(0, 6), min_size=count - 1, max_size=count - 1))
+    data = np.zeros((len(FIELDS), count), dtype=np.int64)
+    data[START] = np.cumsum([0, *gaps])
+    for row, low, high in ((T0, 0, 50), (HW0, 0, 50), (WIDTH, 1, 5), (IS_TEXT, 0, 1)):
+        data[row] = draw(st.lists(st.integers(low, high), min_size=count, max_size=count))
+    data[ORIGIN] = data[START] - np.array(draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)))
+    return data
