@@ -147,9 +147,7 @@ class Family:
         merge = self.spatial_merge_size
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
         self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
-        # the temporal divisor as a Python int, of images (False) and videos (True), and the time checks'
-        # constants (a property read costs more than a field's)
-        self._temporal_of = (1, int(self.video_temporal_merge))
+        self._video_temporal = int(self.video_temporal_merge)  # (a field read costs less than a property's)
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -516,23 +514,23 @@ class Family:
         placeholder tokens in all against ``length`` (see :meth:`check_grids`; checked before any
         per-item or per-frame array is built, and exactly: a count past int64 would otherwise wrap), and
         the time of each video's last frame (see :meth:`check_second_per_grid_ts`)."""
-        images, image_tokens = self.check_grids(image_grid_thw, "image_grid_thw", self._merge_divisor)
-        videos, video_tokens = self.check_grids(video_grid_thw, "video_grid_thw", self._video_divisor)
+        images, image_tokens = self.check_grids(image_grid_thw, "image_grid_thw", 1)
+        videos, video_tokens = self.check_grids(video_grid_thw, "video_grid_thw", self._video_temporal)
         if image_tokens + video_tokens > length:
             self._too_many_tokens(images, videos, length)
         return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, videos)
 
-    def check_grids(self, grid_thw: Any, name: str, divisor: np.ndarray) -> tuple[np.ndarray, int | float]:
-        """Grids as an int64 (n, 3) array, every value > 0 and T, H, W divisible by ``divisor`` (the
-        video temporal merge, the spatial merge size), and their placeholder tokens in all (``T/temporal
-        * H/merge * W/merge`` each): a Python int for a few grids, else a float64 sum, exact up to 2**53
-        and, rounding being monotone, past any smaller count as soon as the exact sum is."""
+    def check_grids(self, grid_thw: Any, name: str, temporal: int) -> tuple[np.ndarray, int | float]:
+        """Grids as an int64 (n, 3) array, every value > 0, T divisible by ``temporal`` (1 for images, the
+        video temporal merge for videos) and H, W by the spatial merge size, and their placeholder tokens
+        in all (``T/temporal * H/merge * W/merge`` each): a Python int for a few grids, else a float64 sum,
+        exact up to 2**53 and, rounding being monotone, past any smaller count as soon as the exact sum is."""
         if grid_thw is None:
             return _NO_GRIDS, 0
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids, 0
-        temporal, merge = self._temporal_of[divisor is self._video_divisor], self.spatial_merge_size
+        merge = self.spatial_merge_size
         bad: int | None = None
         tokens: int | float = 0
         if len(grids) <= _FEW_GRIDS:
@@ -541,10 +539,12 @@ class Family:
                     bad = i
                     break
                 tokens += t // temporal * (h // merge) * (w // merge)
-        elif grids.min() <= 0 or (grids % divisor).any():
-            bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
         else:
-            tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
+            divisor = np.array([temporal, merge, merge], dtype=np.int64)
+            if grids.min() <= 0 or (grids % divisor).any():
+                bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
+            else:
+                tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
         if bad is not None:
             t, h, w = (int(g) for g in grids[bad])
             if min(t, h, w) <= 0:
@@ -610,7 +610,7 @@ class Family:
                     rule = f"must be at most {LARGEST_POSITION}" if finite else "must be finite and >= 0"
                     raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
-            temporal, rate = self._temporal_of[1], self.time_rate
+            temporal, rate = self._video_temporal, self.time_rate
             given = given or [1.0] * len(videos)
             for i, ((t, _, _), x) in enumerate(zip(videos.tolist(), given, strict=True)):
                 if (t // temporal - 1) * x * rate > LARGEST_POSITION:
