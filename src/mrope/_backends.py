@@ -156,6 +156,7 @@ def check_int64_range(arr: np.ndarray, name: str) -> None:
         )
 
 
+_INT64 = np.dtype(np.int64)
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)
 _NO_GRIDS.flags.writeable = False
 
@@ -164,6 +165,8 @@ def to_grid_array(x: Any, *, name: str) -> np.ndarray:
     """Grids as an int64 (n, 3) array; ``None`` is an empty grid list."""
     if x is None:
         return _NO_GRIDS
+    if type(x) is np.ndarray and x.dtype is _INT64 and x.ndim == 2 and x.shape[1] == 3:
+        return x  # the common case (an engine's grids), checked first
     arr = to_int_array(x, name=name, ndim=(1, 2))
     if arr.ndim == 1 and arr.size == 0:
         return arr.reshape(0, 3)

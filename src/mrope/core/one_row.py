@@ -53,7 +53,7 @@ def _build_plane(height: int, width: int) -> np.ndarray:
 
 
 def _frame_block(frames: int, frame_tokens: int, width: int, interval: object, rounding: int) -> np.ndarray:
-    """The segments (frames, fields) of a block of ``frames`` frames of ``frame_tokens`` tokens, ``width``
+    """The segments (fields, frames) of a block of ``frames`` frames of ``frame_tokens`` tokens, ``width``
     wide, at stream index 0 and base 0, its frame times in ``T0`` (a block adds its start and base),
     read-only, kept in :data:`mrope.core.workspace.arrays` (a video's size and rate repeat)."""
     key = ("block", frames, frame_tokens, width, type(interval), interval, rounding)
@@ -63,10 +63,10 @@ def _frame_block(frames: int, frame_tokens: int, width: int, interval: object, r
 def _build_block(
     frames: int, frame_tokens: int, width: int, _: type, interval: object, rounding: int
 ) -> np.ndarray:
-    block = np.zeros((frames, len(FIELDS)), dtype=np.int64)
-    block[:, START] = block[:, ORIGIN] = np.arange(frames, dtype=np.int64) * frame_tokens
-    block[:, T0] = frame_times(frames, interval, rounding)
-    block[:, WIDTH] = width
+    block = np.zeros((len(FIELDS), frames), dtype=np.int64)
+    block[START] = block[ORIGIN] = np.arange(frames, dtype=np.int64) * frame_tokens
+    block[T0] = frame_times(frames, interval, rounding)
+    block[WIDTH] = width
     return block
 
 
@@ -99,9 +99,10 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
     blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
     ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores.
 
-    It is built as (segments, fields), row-major (its transpose is the table): a text run or a one-frame
-    block is one row of Python ints, a block of several frames its cached block (:func:`_frame_block`)
-    plus its start and base, one ufunc (numpy's fixed cost per call dominates these few rows)."""
+    It is built as (fields, segments), the table's own layout (a pool copies it in one contiguous
+    block): a text run or a one-frame block is one column of Python ints, a block of several frames its
+    cached block (:func:`_frame_block`) plus its start and base, one ufunc (numpy's fixed cost per call
+    dominates these few columns)."""
     placed, shift, delta = place_rows(rows, length, compat)
     flat: list[int] = []  # text runs and one-frame blocks: the FIELDS of each segment, one after another
     singles: list[int] = []  # their indices in the table
@@ -128,14 +129,15 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
         singles.append(num)
         num += 1
     if not frame_runs:
-        segments = np.array(flat, dtype=np.int64).reshape(num, len(FIELDS))
+        table = np.array(flat, dtype=np.int64).reshape(num, len(FIELDS)).T
     else:
-        segments = np.empty((num, len(FIELDS)), dtype=np.int64)  # every row is written below
-        for i, row in enumerate(singles):
-            segments[row] = flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
-        for row, offset, block in frame_runs:  # (an array operand costs less than a tuple)
-            np.add(block, np.array(offset, dtype=np.int64), out=segments[row : row + block.shape[0]])
-    return SegmentTable(segments.T, length, compact=length > 0), delta
+        table = np.empty((len(FIELDS), num), dtype=np.int64)  # every segment is written below
+        for i, column in enumerate(singles):
+            table[:, column] = flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
+        for column, offset, block in frame_runs:  # (an array operand costs less than a tuple)
+            translation = np.array(offset, dtype=np.int64)[:, None]
+            np.add(block, translation, out=table[:, column : column + block.shape[1]])
+    return SegmentTable(table, length, compact=length > 0), delta
 
 
 def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:

@@ -612,7 +612,8 @@ class Family:
         if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
             temporal, rate = self._video_temporal, self.time_rate
             given = given or [1.0] * len(videos)
-            for i, ((t, _, _), x) in enumerate(zip(videos.tolist(), given, strict=True)):
+            for i, (t, _, _) in enumerate(videos.tolist()):  # (given has one value per video)
+                x = given[i]
                 if (t // temporal - 1) * x * rate > LARGEST_POSITION:
                     raise MRopeError(
                         f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "
