@@ -227,14 +227,9 @@ def prompt_runs(
     np.add.at(covered, v_start, 1)
     np.add.at(covered, v_end, -1)
     other = np.cumsum(covered[:-1]) == 0
-    audio_id = family.settings.get("audio_token_id")
-    if audio_id is None:
-        audio = np.zeros(length, dtype=bool)
-    else:  # audio placeholders, and (Qwen3-Omni) video placeholders given audio positions
-        audio = other & np.isin(
-            ids, [audio_id, family.settings["image_token_id"], family.settings["video_token_id"]]
-        )
-    audio_start_id = family.settings.get("audio_start_token_id")
+    audio_ids = family.audio_run_ids()
+    audio = other & np.isin(ids, audio_ids) if audio_ids else np.zeros(length, dtype=bool)
+    audio_start_id = family.audio_start_id()
     audio_number = np.cumsum(ids == audio_start_id) if audio_start_id is not None else np.zeros(length, int)
     label = np.where(other, np.where(audio, 1, 0), -1)  # 0 text, 1 audio, -1 vision
     change = np.flatnonzero(np.diff(label) != 0) + 1

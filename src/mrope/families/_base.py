@@ -202,6 +202,15 @@ class Family:
         given = {k: v for k, v in self.config.items() if k.endswith("_token_id") and isinstance(v, int)}
         return {**self.default_markers, **given, **self.settings}
 
+    def audio_run_ids(self) -> tuple[int, ...]:
+        """The token ids that, outside every vision block, are audio (positioned as audio runs); none for
+        a family without audio."""
+        return ()
+
+    def audio_start_id(self) -> int | None:
+        """The token that opens each audio (None for families without audio)."""
+        return None
+
     def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
         """Whether each vision block (by its first token in ``ids``) belongs to a video, as a bool array;
         a family without videos has none."""

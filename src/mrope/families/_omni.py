@@ -112,6 +112,14 @@ class OmniFamily(Family):
         return video_by_placeholder(ids, block_starts, self.image_token_id, self.video_token_id)
 
     # -- audio ----------------------------------------------------------------------------------------
+    def audio_run_ids(self) -> tuple[int, ...]:
+        """Audio placeholders and, outside a vision block, image and video placeholders (Qwen3-Omni gives
+        a video's placeholders audio positions where its audio is interleaved)."""
+        return self.audio_token_id, self.image_token_id, self.video_token_id
+
+    def audio_start_id(self) -> int | None:
+        return self.audio_start_token_id
+
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
         """Placeholder tokens of audios of feature lengths ``seqlens`` (the encoder's output lengths)."""
         raise NotImplementedError
