@@ -254,7 +254,9 @@ class Family:
         images, videos, seconds = self.check_vision_inputs(
             image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
         )
-        audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
+        audio_tokens, audio_in_video = (
+            self.check_audio_inputs(audio_seqlens, use_audio_in_video) if self.extra_inputs else (None, False)
+        )
         video_offsets = check_offsets(video_offsets, len(videos), "video")
         if frame_offsets is not None:
             frame_offsets = self.check_frame_offsets(frame_offsets, videos, video_offsets)
@@ -300,8 +302,8 @@ class Family:
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray | None, bool]:
-        """Placeholder tokens per audio and whether videos carry their audio (families without audio
-        were refused any by :meth:`check_extra_inputs`)."""
+        """Placeholder tokens per audio and whether videos carry their audio; called for families with
+        :attr:`extra_inputs` only (the others were refused any by :meth:`check_extra_inputs`)."""
         return None, False
 
     # -- shared pipeline ----------------------------------------------------------------------------

@@ -47,8 +47,12 @@ class Qwen2VL(Family):
         image_offsets, video_offsets = inputs.image_offsets, inputs.video_offsets
         image_part = self.prompt_image_blocks(ids, images, image_offsets)
         video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets, inputs.frame_offsets)
-        if not video_part and isinstance(image_part, list) and len(image_part) < 2:
-            return image_part  # one image or none: nothing to order or to overlap
+        if (
+            isinstance(image_part, list)
+            and isinstance(video_part, list)
+            and len(image_part) + len(video_part) < 2
+        ):
+            return image_part or video_part  # one item or none: nothing to order or to overlap
         return self.merge_items([image_part, video_part], image_offsets, video_offsets)
 
     def prompt_image_blocks(
