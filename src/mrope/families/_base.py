@@ -254,9 +254,7 @@ class Family:
         images, videos, seconds = self.check_vision_inputs(
             image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
         )
-        audio_tokens, audio_in_video = (
-            self.check_audio_inputs(audio_seqlens, use_audio_in_video) if self.extra_inputs else (None, False)
-        )
+        audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
         video_offsets = check_offsets(video_offsets, len(videos), "video")
         if frame_offsets is not None:
             frame_offsets = self.check_frame_offsets(frame_offsets, videos, video_offsets)
@@ -302,8 +300,8 @@ class Family:
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray | None, bool]:
-        """Placeholder tokens per audio and whether videos carry their audio; called for families with
-        :attr:`extra_inputs` only (the others were refused any by :meth:`check_extra_inputs`)."""
+        """Placeholder tokens per audio and whether videos carry their audio (families without audio
+        were refused any by :meth:`check_extra_inputs`)."""
         return None, False
 
     # -- shared pipeline ----------------------------------------------------------------------------
@@ -551,7 +549,7 @@ class Family:
                     break
                 tokens += t // temporal * (h // merge) * (w // merge)
         else:
-            divisor = np.array([temporal, merge, merge], dtype=np.int64)
+            divisor = self._merge_divisor if temporal == 1 else self._video_divisor
             if grids.min() <= 0 or (grids % divisor).any():
                 bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
             else:
