@@ -14,7 +14,15 @@ blocks.
 from typing import Literal
 
 from .blocks import BlockRow, Blocks, locate_items
-from .one_row import FEW_BLOCKS, block_rows, blocks_from_rows, render_one_row, segments_one_row
+from .one_row import (
+    FEW_BLOCKS,
+    OneRowLayout,
+    block_rows,
+    blocks_from_rows,
+    layout_one_row,
+    render_one_row,
+    segments_one_row,
+)
 from .place import COMPATS, ItemBlocks, Placed, place
 from .render import build_segments, render, render_all
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
@@ -45,4 +53,6 @@ __all__ = [
     "render_offsets",
     "render_one_row",
     "segments_one_row",
+    "layout_one_row",
+    "OneRowLayout",
 ]

@@ -13,6 +13,7 @@ Blocks come as :data:`BlockRow` tuples, from a family's parser (:func:`block_row
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -94,19 +95,48 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
     return out, delta
 
 
-def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[SegmentTable, int]:
-    """The segment table and the delta of a stream that is one row of ``length`` tokens with the vision
-    blocks ``rows``. The table has no empty segment (``compact``, when ``length > 0``) and carries the
-    ``origin`` row (equal to ``start``), the form a :class:`mrope.serving.PositionTable` stores.
+class OneRowLayout(NamedTuple):
+    """The segment table of one row, before it is written anywhere (:func:`layout_one_row`): a consumer
+    writes it straight into its own array (:class:`mrope.serving.PositionTable`'s pool) or takes
+    :meth:`table`. ``num`` segments in all, none empty when ``length > 0``, in stream order:
 
-    It is built as (fields, segments), the table's own layout (a pool copies it in one contiguous
-    block): a text run or a one-frame block is one column of Python ints, a block of several frames its
-    cached block (:func:`_frame_block`) plus its start and base, one ufunc (numpy's fixed cost per call
-    dominates these few columns)."""
+    - ``flat``: the :data:`~mrope.core.segments.FIELDS` of each text run and one-frame block, one after
+      another (Python ints), and ``singles`` their columns in the table;
+    - ``frame_runs``: each block of several frames as (its first column, the translation of its fields,
+      its cached block (fields, frames) at stream index 0 and base 0, read-only).
+    """
+
+    flat: list[int]
+    singles: list[int]
+    frame_runs: list[tuple[int, tuple[int, int, int, int, int, int], np.ndarray]]
+    num: int
+    length: int
+
+    def table(self) -> SegmentTable:
+        """The layout as a :class:`SegmentTable` of its own, (fields, segments) (``compact`` when the row
+        has tokens)."""
+        if not self.frame_runs:
+            data = np.array(self.flat, dtype=np.int64).reshape(self.num, len(FIELDS)).T
+        else:
+            data = np.empty((len(FIELDS), self.num), dtype=np.int64)  # every segment is written below
+            for i, column in enumerate(self.singles):
+                data[:, column] = self.flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
+            for column, offset, block in self.frame_runs:  # (an array operand costs less than a tuple)
+                translation = np.array(offset, dtype=np.int64)[:, None]
+                np.add(block, translation, out=data[:, column : column + block.shape[1]])
+        return SegmentTable(data, self.length, compact=self.length > 0)
+
+
+def layout_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[OneRowLayout, int]:
+    """The segments (as a :class:`OneRowLayout`) and the delta of a stream that is one row of ``length``
+    tokens with the vision blocks ``rows``; the segments carry the ``origin`` field (equal to
+    ``start``), the form a :class:`mrope.serving.PositionTable` stores. A text run or a one-frame block
+    is one segment of Python ints, a block of several frames its cached block (:func:`_frame_block`)
+    plus its start and base."""
     placed, shift, delta = place_rows(rows, length, compat)
     flat: list[int] = []  # text runs and one-frame blocks: the FIELDS of each segment, one after another
-    singles: list[int] = []  # their indices in the table
-    frame_runs: list[tuple[int, tuple[int, int, int, int, int, int], np.ndarray]] = []  # index, offset, block
+    singles: list[int] = []  # their columns in the table
+    frame_runs: list[tuple[int, tuple[int, int, int, int, int, int], np.ndarray]] = []
     cursor = num = 0  # num: the table's segments so far
     for i, (start, end, base, frames, height, width, t) in enumerate(placed):  # placed[i] is rows[i]
         if start > cursor:
@@ -128,16 +158,15 @@ def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tupl
         flat += (cursor, cursor + shift, cursor + shift, 1, 1, cursor)
         singles.append(num)
         num += 1
-    if not frame_runs:
-        table = np.array(flat, dtype=np.int64).reshape(num, len(FIELDS)).T
-    else:
-        table = np.empty((len(FIELDS), num), dtype=np.int64)  # every segment is written below
-        for i, column in enumerate(singles):
-            table[:, column] = flat[i * len(FIELDS) : (i + 1) * len(FIELDS)]
-        for column, offset, block in frame_runs:  # (an array operand costs less than a tuple)
-            translation = np.array(offset, dtype=np.int64)[:, None]
-            np.add(block, translation, out=table[:, column : column + block.shape[1]])
-    return SegmentTable(table, length, compact=length > 0), delta
+    return OneRowLayout(flat, singles, frame_runs, num, length), delta
+
+
+def segments_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[SegmentTable, int]:
+    """The segment table and the delta of a stream that is one row of ``length`` tokens with the vision
+    blocks ``rows``: :func:`layout_one_row`'s, as a table. The table has no empty segment (``compact``,
+    when ``length > 0``) and carries the ``origin`` row (equal to ``start``)."""
+    layout, delta = layout_one_row(rows, length, compat)
+    return layout.table(), delta
 
 
 def blocks_from_rows(rows: Sequence[BlockRow]) -> Blocks:

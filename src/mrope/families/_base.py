@@ -13,7 +13,7 @@ path of :mod:`mrope.core.one_row`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
@@ -40,8 +40,9 @@ from ..core import (
     segments_one_row,
 )
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few
+from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
-from .inputs import ArrayLike, RequestInputs, Seconds
+from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +111,10 @@ class Family:
     #: whether the family places its items as blocks; False: every token, placeholders included, is
     #: positioned as text (MiniCPM-V 4.6, Qwen3-ASR), and an engine's items give no inputs
     places_items: ClassVar[bool] = True
+    #: whether one prompt's :class:`PromptItem` values (``items=``, a few) are checked and placed by
+    #: :meth:`item_rows` on Python values; False: they become the array inputs (set by the family
+    #: whose rule has the path, cleared for a subclass overriding a hook the path does not call)
+    rule_on_items: ClassVar[bool] = False
     #: the ``architectures`` of remote-code configs, whose ``model_type`` varies, and the model type
     #: :func:`mrope.from_config` gives the family for each
     architectures: ClassVar[dict[str, str]] = {}
@@ -148,6 +153,7 @@ class Family:
         self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
         self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
         self._video_temporal = int(self.video_temporal_merge)  # (a field read costs less than a property's)
+        self._time_rate = self.time_rate if self.uses_second_per_grid_ts else None
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -297,6 +303,33 @@ class Family:
         """The refusal of offsets by a family that does not take them."""
         return f"{self.model_type} takes no image_offsets or video_offsets"
 
+    def from_items(
+        self, input_ids: ArrayLike, items: Sequence[PromptItem], given: tuple[Any, ...]
+    ) -> RequestInputs | tuple[list[BlockRow], int]:
+        """What ``items=`` becomes (``given``: the other inputs, which must be None): where the family
+        has a rule on items (:attr:`rule_on_items`) and they are few, the prompt's blocks from
+        :meth:`item_rows` and its length; else the checked inputs of the same values as arrays."""
+        if given.count(None) != len(given):
+            raise MRopeError(
+                "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio inputs): "
+                "give one or the other"
+            )
+        if type(input_ids) is not list:
+            input_ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        if self.rule_on_items and len(items) <= FEW_BLOCKS:
+            return self.item_rows(input_ids, split_items(items)), len(input_ids)
+        return self.request_inputs(input_ids, **items_as_inputs(items))
+
+    def item_rows(self, ids: Any, items: SplitItems) -> list[BlockRow]:
+        """One prompt's blocks from its items' Python values (``ids``: a list or a 1-D int64 array),
+        checked as :meth:`request_inputs` checks them: the path of families with
+        :attr:`rule_on_items`."""
+        raise NotImplementedError(f"{type(self).__name__} has no rule on items")
+
+    def seconds_refused(self) -> MRopeError:
+        """The error for seconds given to a family that does not scale video time."""
+        return MRopeError(f"{self.model_type} does not scale video time: second_per_grid_ts must be None")
+
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray | None, bool]:
@@ -332,23 +365,36 @@ class Family:
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
         frame_offsets: ArrayLike | None = None,
-    ) -> tuple[SegmentTable, int | float]:
+        items: Sequence[PromptItem] | None = None,
+        layout: bool = False,
+    ) -> tuple[SegmentTable | OneRowLayout, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
         The arguments are those of :meth:`positions`. Omni tables carry an ``origin`` row and, for
-        Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`)."""
-        inputs = self.request_inputs(  # positionally: this is the per-request admission path
-            input_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            image_offsets,
-            video_offsets,
-            audio_seqlens,
-            use_audio_in_video,
-            frame_offsets,
-        )
-        return self.prompt(inputs, segments=True)
+        Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
+        of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
+        are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool)."""
+        if items is None:
+            inputs = self.request_inputs(  # positionally: this is the per-request admission path
+                input_ids,
+                image_grid_thw,
+                video_grid_thw,
+                second_per_grid_ts,
+                image_offsets,
+                video_offsets,
+                audio_seqlens,
+                use_audio_in_video,
+                frame_offsets,
+            )
+        else:
+            given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
+            inputs = self.from_items(
+                input_ids, items, (*given, audio_seqlens, use_audio_in_video, frame_offsets)
+            )
+            if type(inputs) is tuple:  # the blocks of a family's rule on items
+                rows, length = inputs
+                return (layout_one_row if layout else segments_one_row)(rows, length, self.compat)
+        return self.prompt(inputs, segments=True, layout=layout)
 
     def positions(
         self,
@@ -362,6 +408,7 @@ class Family:
         audio_seqlens: ArrayLike | None = None,
         use_audio_in_video: bool | None = None,
         frame_offsets: ArrayLike | None = None,
+        items: Sequence[PromptItem] | None = None,
     ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
@@ -410,39 +457,49 @@ class Family:
             lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
             wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
         """
-        inputs = self.request_inputs(  # positionally: this is the per-request admission path
-            input_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            image_offsets,
-            video_offsets,
-            audio_seqlens,
-            use_audio_in_video,
-            frame_offsets,
-        )
+        if items is None:
+            inputs = self.request_inputs(  # positionally: this is the per-request admission path
+                input_ids,
+                image_grid_thw,
+                video_grid_thw,
+                second_per_grid_ts,
+                image_offsets,
+                video_offsets,
+                audio_seqlens,
+                use_audio_in_video,
+                frame_offsets,
+            )
+        else:
+            given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
+            inputs = self.from_items(
+                input_ids, items, (*given, audio_seqlens, use_audio_in_video, frame_offsets)
+            )
+            if type(inputs) is tuple:  # the blocks of a family's rule on items
+                rows, length = inputs
+                return render_one_row(rows, length, self.compat)
         return self.prompt(inputs, segments=False)
 
     @overload
     def prompt(
-        self, inputs: RequestInputs, *, segments: Literal[True]
-    ) -> tuple[SegmentTable, int | float]: ...
+        self, inputs: RequestInputs, *, segments: Literal[True], layout: bool = False
+    ) -> tuple[SegmentTable | OneRowLayout, int | float]: ...
     @overload
     def prompt(
-        self, inputs: RequestInputs, *, segments: Literal[False]
+        self, inputs: RequestInputs, *, segments: Literal[False], layout: bool = False
     ) -> tuple[np.ndarray, int | float]: ...
     def prompt(
-        self, inputs: RequestInputs, *, segments: bool
-    ) -> tuple[SegmentTable | np.ndarray, int | float]:
-        """The segment table (``segments``) or the positions of one prompt, and its delta as a Python
-        number."""
+        self, inputs: RequestInputs, *, segments: bool, layout: bool = False
+    ) -> tuple[SegmentTable | OneRowLayout | np.ndarray, int | float]:
+        """The segment table (``segments``; with ``layout``, the one-row layout of a prompt of a few
+        blocks) or the positions of one prompt, and its delta as a Python number."""
         blocks = self.prompt_blocks(inputs)
         length = inputs.length
         if isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
             blocks = block_rows(blocks)
         if isinstance(blocks, list):
-            one_row = segments_one_row if segments else render_one_row
-            return one_row(blocks, length, self.compat)
+            if not segments:
+                return render_one_row(blocks, length, self.compat)
+            return (layout_one_row if layout else segments_one_row)(blocks, length, self.compat)
         placed = place(blocks, *inputs.rows(), self.compat)
         table = build_segments(placed, length)
         return (table if segments else render_all(table)), placed.delta[0].item()
@@ -539,34 +596,40 @@ class Family:
         grids = to_grid_array(grid_thw, name=name)
         if grids.size == 0:
             return grids, 0
-        merge = self.spatial_merge_size
-        bad: int | None = None
-        tokens: int | float = 0
         if len(grids) <= _FEW_GRIDS:
-            for i, (t, h, w) in enumerate(grids.tolist()):
-                if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge or t % temporal:
-                    bad = i
-                    break
-                tokens += t // temporal * (h // merge) * (w // merge)
-        else:
-            divisor = self._merge_divisor if temporal == 1 else self._video_divisor
-            if grids.min() <= 0 or (grids % divisor).any():
-                bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
-            else:
-                tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
-        if bad is not None:
-            t, h, w = (int(g) for g in grids[bad])
-            if min(t, h, w) <= 0:
-                raise MRopeError(f"{name}[{bad}] = {(t, h, w)}: every grid value must be > 0")
-            if t % temporal:
-                raise MRopeError(
-                    f"{name}[{bad}] = {(t, h, w)}: T={t} is not divisible by temporal_merge_size {temporal}"
-                )
-            axis, value = ("H", h) if h % merge else ("W", w)
-            raise MRopeError(
-                f"{name}[{bad}] = {(t, h, w)}: {axis}={value} is not divisible by spatial_merge_size {merge}"
-            )
+            return grids, self.grid_tokens(grids.tolist(), name, temporal)
+        divisor = self._merge_divisor if temporal == 1 else self._video_divisor
+        if grids.min() <= 0 or (grids % divisor).any():
+            bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
+            raise self.grid_error(name, bad, tuple(int(g) for g in grids[bad]), temporal)
+        tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
         return grids, tokens
+
+    def grid_tokens(self, grids: list[list[int]], name: str, temporal: int) -> int:
+        """The placeholder tokens in all of a few grids given as Python ints, each checked as
+        :meth:`check_grids` checks them (one Python step per grid: numpy costs more on a few)."""
+        merge = self.spatial_merge_size
+        tokens = 0
+        for i, (t, h, w) in enumerate(grids):
+            if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge or t % temporal:
+                raise self.grid_error(name, i, (t, h, w), temporal)
+            tokens += t // temporal * (h // merge) * (w // merge)
+        return tokens
+
+    def grid_error(self, name: str, i: int, grid: tuple[int, int, int], temporal: int) -> MRopeError:
+        """The error for ``{name}[i] = grid``, which breaks a rule of :meth:`check_grids`."""
+        t, h, w = grid
+        if min(t, h, w) <= 0:
+            return MRopeError(f"{name}[{i}] = {grid}: every grid value must be > 0")
+        if t % temporal:
+            return MRopeError(
+                f"{name}[{i}] = {grid}: T={t} is not divisible by temporal_merge_size {temporal}"
+            )
+        merge = self.spatial_merge_size
+        axis, value = ("H", h) if h % merge else ("W", w)
+        return MRopeError(
+            f"{name}[{i}] = {grid}: {axis}={value} is not divisible by spatial_merge_size {merge}"
+        )
 
     def _too_many_tokens(self, images: np.ndarray, videos: np.ndarray, length: int) -> None:
         """Raise for the first item (images first) whose placeholder tokens take the running count past
@@ -598,9 +661,7 @@ class Family:
         checked, given = None, None
         if seconds is not None:
             if not self.uses_second_per_grid_ts:
-                raise MRopeError(
-                    f"{self.model_type} does not scale video time: second_per_grid_ts must be None"
-                )
+                raise self.seconds_refused()
             arr = seconds if type(seconds) is np.ndarray else to_numpy(seconds, name="second_per_grid_ts")
             if arr.ndim != 1 or arr.shape[0] != len(videos):
                 raise MRopeError(
@@ -613,23 +674,35 @@ class Family:
             values = arr if dtype is _FLOAT64 else arr.astype(np.float64)
             checked = Seconds(values, _dtype_of(seconds, dtype))
             given = values.tolist()
-            for i, x in enumerate(given):  # one value per video: a Python pass (NaN fails ``0 <= x``)
-                if not 0 <= x <= LARGEST_POSITION:
-                    finite = 0 <= x < math.inf
-                    rule = f"must be at most {LARGEST_POSITION}" if finite else "must be finite and >= 0"
-                    raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
-        if self.uses_second_per_grid_ts and len(videos):  # one Python step per video, as above
-            temporal, rate = self._video_temporal, self.time_rate
-            given = given or [1.0] * len(videos)
-            for i, (t, _, _) in enumerate(videos.tolist()):  # (given has one value per video)
-                x = given[i]
-                if (t // temporal - 1) * x * rate > LARGEST_POSITION:
-                    raise MRopeError(
-                        f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if seconds is None else ''}: video "
-                        f"{i}'s last frame (T = {t // temporal}) would get time index "
-                        f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {LARGEST_POSITION}"
-                    )
+        if given is not None or (self.uses_second_per_grid_ts and len(videos)):
+            self.check_seconds(given, [t for t, _, _ in videos.tolist()])
         return checked
+
+    def check_seconds(self, given: list[float] | None, frames: list[int]) -> None:
+        """The rules of :meth:`check_second_per_grid_ts` on Python values: each video's seconds per grid
+        step (``given``; None: not given, 1 second each) in ``[0, LARGEST_POSITION]`` and, for families
+        that scale time, the time index of each video's last frame (``frames``: each video's T) no
+        further. One Python step per video."""
+        if given is not None:
+            for i, x in enumerate(given):  # (NaN fails ``0 <= x``)
+                if not 0 <= x <= LARGEST_POSITION:
+                    rule = (
+                        f"must be at most {LARGEST_POSITION}"
+                        if 0 <= x < math.inf
+                        else "must be finite and >= 0"
+                    )
+                    raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
+        if not self.uses_second_per_grid_ts:
+            return
+        temporal, rate = self._video_temporal, self._time_rate
+        for i, t in enumerate(frames):
+            x = 1.0 if given is None else given[i]
+            if (t // temporal - 1) * x * rate > LARGEST_POSITION:
+                raise MRopeError(
+                    f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if given is None else ''}: video "
+                    f"{i}'s last frame (T = {t // temporal}) would get time index "
+                    f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {LARGEST_POSITION}"
+                )
 
     # -- helpers for parsers ------------------------------------------------------------------------
     def token_blocks(
@@ -714,7 +787,7 @@ class Family:
         self,
         ids: Any,
         token_id: int,
-        grids: np.ndarray,
+        grids: np.ndarray | list[list[int]],
         offsets: list[int],
         *,
         what: str,
@@ -728,7 +801,7 @@ class Family:
         length, merge = len(ids), self.spatial_merge_size
         steps = interval if isinstance(interval, np.ndarray) else None
         rows = []
-        grid_list = grids.tolist()
+        grid_list = grids if type(grids) is list else grids.tolist()
         for i, start in enumerate(offsets):
             t, h, w = grid_list[i]
             height, width = h // merge, w // merge

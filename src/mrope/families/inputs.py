@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._backends import int_list, to_int_array
+from .._errors import MRopeError
 
 if TYPE_CHECKING:
     import torch
@@ -88,3 +89,99 @@ class RequestInputs(NamedTuple):
         if self.row_starts is None or self.row_lengths is None:
             return True
         return self.row_starts.size == 1 and int(self.row_lengths[0]) == len(self.ids)
+
+
+class PromptItem(NamedTuple):
+    """One image or video of one prompt at its placeholders' offset, in Python values: the form an
+    engine's per-item records give (vLLM's ``mm_features``). ``items=`` of :meth:`Family.positions`,
+    :meth:`Family.segments` and :meth:`mrope.PositionTable.add` takes them in place of the grids,
+    seconds and offsets, and a family with a rule on items (:attr:`Family.rule_on_items`) checks and
+    places them without building an array."""
+
+    modality: str  # "image" or "video"
+    offset: int  # where its placeholders start in input_ids (as image_offsets, video_offsets)
+    grid: tuple[int, int, int] | list[int]  # (T, H, W) before merging
+    seconds: float | None = None  # a video's second_per_grid_ts; None: not given (1 second)
+
+
+class SplitItems(NamedTuple):
+    """A prompt's :class:`PromptItem` values by modality, each in the order given (Python values)."""
+
+    images: list[list[int]]  # (T, H, W) of each image
+    videos: list[list[int]]
+    image_offsets: list[int]
+    video_offsets: list[int]
+    seconds: list[float] | None  # each video's seconds (1.0 where a video has none); None: no video has
+
+
+def split_items(items: Any) -> SplitItems:
+    """``items`` by modality, each value a Python int (or float), checked for its kind: a modality of
+    ``"image"`` or ``"video"``, an integer offset, three integers of grid, seconds for videos only. The
+    values' rules (grids, seconds, offsets in the prompt) are the family's checks."""
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    image_offsets: list[int] = []
+    video_offsets: list[int] = []
+    seconds: list[Any] = []
+    for i, item in enumerate(items):
+        try:
+            modality, offset, grid, second = item
+        except (TypeError, ValueError):
+            raise MRopeError(
+                f"items[{i}] must be a PromptItem(modality, offset, grid, seconds), got {item!r}"
+            ) from None
+        if type(offset) is not int:
+            offset = _one_int(offset, f"items[{i}].offset")
+        values = grid if type(grid) is list else list(grid) if type(grid) is tuple else None
+        if values is None:
+            values = int_list(grid, name=f"items[{i}].grid")
+        if len(values) != 3:
+            raise MRopeError(f"items[{i}].grid must be (T, H, W), got {grid!r}")
+        if type(values[0]) is not int or type(values[1]) is not int or type(values[2]) is not int:
+            values = int_list(values, name=f"items[{i}].grid")
+        if modality == "video":
+            videos.append(values)
+            video_offsets.append(offset)
+            seconds.append(second)
+        elif modality == "image":
+            if second is not None:
+                raise MRopeError(f"items[{i}] is an image with seconds {second!r}: only videos have seconds")
+            images.append(values)
+            image_offsets.append(offset)
+        else:
+            raise MRopeError(f"items[{i}] has modality {modality!r}: 'image' or 'video'")
+    if seconds.count(None) == len(seconds):  # none given
+        return SplitItems(images, videos, image_offsets, video_offsets, None)
+    given = [1.0 if x is None else _one_float(x, f"seconds of video {j}") for j, x in enumerate(seconds)]
+    return SplitItems(images, videos, image_offsets, video_offsets, given)
+
+
+def items_as_inputs(items: Any) -> dict[str, Any]:
+    """The keyword inputs (grids, seconds, offsets) that say what ``items`` say, for the array path
+    (:func:`split_items`)."""
+    split = split_items(items)
+    return {
+        "image_grid_thw": split.images or None,
+        "video_grid_thw": split.videos or None,
+        "second_per_grid_ts": split.seconds,
+        "image_offsets": split.image_offsets,
+        "video_offsets": split.video_offsets,
+    }
+
+
+def _one_int(value: Any, name: str) -> int:
+    """An integer given as another type than ``int`` (numpy, a 0-d tensor), as a Python int."""
+    values = int_list([value], name=name)
+    return values[0]
+
+
+def _one_float(value: Any, name: str) -> float:
+    """A real number (a Python or numpy number, a one-element tensor) as a Python float."""
+    if type(value) is float:
+        return value
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise MRopeError(f"{name} must be a number, got {value!r}")

@@ -46,7 +46,7 @@ class Qwen2_5_VL(Qwen2VL):
         return transformers_time("int" if seconds is None else seconds.dtype, self.tokens_per_second)
 
     def video_interval(
-        self, second_per_grid_ts: Seconds | None, videos: np.ndarray
+        self, second_per_grid_ts: Seconds | None, videos: np.ndarray | list[list[int]]
     ) -> tuple[np.ndarray | float, int]:
         """``tokens_per_second * second_per_grid_ts`` (1 second when not given) in the videos' time
         arithmetic (:meth:`time_arithmetic`), and its rounding (:meth:`Family.check_second_per_grid_ts`
@@ -58,14 +58,15 @@ class Qwen2_5_VL(Qwen2VL):
         seconds = np.ones(len(videos)) if second_per_grid_ts is None else second_per_grid_ts.values
         interval = time_interval(self.tokens_per_second, seconds, arithmetic)
         if arithmetic.rounding == FLOAT16:  # (bfloat16 has float32's range: no time reaches its end)
-            last = scaled_time(videos[:, 0] - 1, interval, FLOAT16)
+            frames = np.asarray(videos, dtype=np.int64)[:, 0]
+            last = scaled_time(frames - 1, interval, FLOAT16)
             bad = np.flatnonzero(~np.isfinite(last))
             if bad.size:
                 i = int(bad[0])
                 raise MRopeError(
                     f"second_per_grid_ts[{i}] = {seconds[i]:g} ({arithmetic.name}): transformers computes "
                     f"video {i}'s time in {arithmetic.name}, in which its last frame's time index "
-                    f"({int(videos[i, 0]) - 1} * {self.tokens_per_second} * {seconds[i]:g}) overflows: give "
+                    f"({int(frames[i]) - 1} * {self.tokens_per_second} * {seconds[i]:g}) overflows: give "
                     "the seconds as float32"
                 )
         return interval, arithmetic.rounding

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
-from .inputs import RequestInputs, Seconds
+from .inputs import RequestInputs, Seconds, SplitItems
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -28,9 +28,17 @@ class Qwen2VL(Family):
         "vision_end_token_id": 151653,
     }
 
+    rule_on_items: ClassVar[bool] = True
+
     image_token_id: int
     video_token_id: int
     spatial_merge_size: int
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass keeps the rule on items only where it overrides none of the hooks that
+        :meth:`item_rows` stands in for (it calls :meth:`video_interval` and the shared checks)."""
+        super().__init_subclass__(**kwargs)
+        cls.rule_on_items = all(getattr(cls, hook) is getattr(Qwen2VL, hook) for hook in _ITEM_PATH_HOOKS)
 
     def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
         return video_by_placeholder(ids, block_starts, self.image_token_id, self.video_token_id)
@@ -54,6 +62,42 @@ class Qwen2VL(Family):
         ):
             return image_part or video_part  # one item or none: nothing to order or to overlap
         return self.merge_items([image_part, video_part], image_offsets, video_offsets)
+
+    def item_rows(self, ids: Any, items: SplitItems) -> list[BlockRow]:
+        """One prompt's blocks from its items' Python values: the checks of :meth:`request_inputs` and
+        the blocks of :meth:`prompt_blocks`, in their order, one Python step per item (no array but
+        the videos' time steps)."""
+        images, videos, seconds = items.images, items.videos, items.seconds
+        tokens = self.grid_tokens(images, "image_grid_thw", 1) if images else 0
+        if videos:
+            tokens += self.grid_tokens(videos, "video_grid_thw", self._video_temporal)
+        if tokens > len(ids):
+            grids = [np.array(g, dtype=np.int64).reshape(-1, 3) for g in (images, videos)]
+            self._too_many_tokens(*grids, len(ids))
+        if seconds is not None and not self.uses_second_per_grid_ts:
+            raise self.seconds_refused()
+        if videos:
+            self.check_seconds(seconds, [t for t, _, _ in videos])
+        rows = (
+            self.items_at(ids, self.image_token_id, images, items.image_offsets, what="image")
+            if images
+            else []
+        )
+        if videos:
+            given = None if seconds is None else Seconds(np.array(seconds, dtype=np.float64), "float32")
+            interval, rounding = self.video_interval(given, videos)
+            rows += self.items_at(
+                ids,
+                self.video_token_id,
+                videos,
+                items.video_offsets,
+                what="video",
+                interval=interval,
+                rounding=rounding,
+            )
+        if len(rows) < 2:  # one item or none: nothing to order or to overlap
+            return rows
+        return self.merge_items([rows], items.image_offsets, items.video_offsets)
 
     def prompt_image_blocks(
         self, ids: Any, images: np.ndarray, image_offsets: list[int] | None
@@ -127,6 +171,19 @@ class Qwen2VL(Family):
         """Temporal index step between a video's frames and the rounding of its time: 1 and none unless
         the family scales time."""
         return 1.0, 0
+
+
+#: the hooks whose rule :meth:`Qwen2VL.item_rows` follows on Python values
+_ITEM_PATH_HOOKS = (
+    "request_inputs",
+    "check_vision_inputs",
+    "check_grids",
+    "check_second_per_grid_ts",
+    "prompt_blocks",
+    "prompt_image_blocks",
+    "prompt_video_blocks",
+    "video_items",
+)
 
 
 def video_by_placeholder(

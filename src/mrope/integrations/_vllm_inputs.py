@@ -43,6 +43,7 @@ import numpy as np
 from .._backends import int_list, to_grid_array
 from .._errors import MRopeError
 from ..families import Family
+from ..families.inputs import PromptItem
 
 #: settings (``from_config(config, **VLLM_SETTINGS)``) that reproduce vLLM 0.32's positions: compat
 #: "vllm" (text after a block at ``max(block) + 1``) and vLLM's float64 arithmetic of scaled video time
@@ -171,6 +172,43 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
             f"{family.model_type} does not scale video time"
         )
     return inputs
+
+
+def admission_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
+    """The keyword inputs of :meth:`Family.positions` and :meth:`PositionTable.add` for a vLLM request,
+    in the form that costs the family least: ``items`` (:class:`mrope.families.PromptItem`, read
+    straight from the features, no array built) for a family with a rule on items
+    (:attr:`Family.rule_on_items`), else :func:`inputs_from_mm_features`. Raises what
+    :func:`inputs_from_mm_features` raises."""
+    if not family.rule_on_items:
+        return inputs_from_mm_features(family, mm_features)
+    reason = unsupported_reason(family)
+    if reason is not None:
+        raise MRopeError(reason)
+    items = []
+    for feature in mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset):
+        modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
+        if data is None:
+            raise MRopeError(
+                f"{modality} feature at offset {offset} has no data (vLLM clears it for cached items): "
+                "its grid is needed"
+            )
+        if modality == "image":
+            items.append(
+                PromptItem("image", offset, _grid(data.get("image_grid_thw"), "image_grid_thw", offset))
+            )
+        elif modality == "video":
+            elem = data.get("video_grid_thw")
+            if elem is not None and getattr(elem.data, "ndim", 1) != 1:  # several rows: the array path
+                return inputs_from_mm_features(family, mm_features)
+            seconds = data.get("second_per_grid_ts")
+            grid = _grid(elem, "video_grid_thw", offset)
+            items.append(PromptItem("video", offset, grid, None if seconds is None else float(seconds.data)))
+        else:
+            raise MRopeError(
+                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
+            )
+    return {"items": items}
 
 
 def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:

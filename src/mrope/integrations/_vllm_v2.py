@@ -34,7 +34,7 @@ import numpy as np
 from .._errors import MRopeError
 from ..families import Family
 from ..serving import PositionTable
-from ._vllm_inputs import inputs_from_mm_features
+from ._vllm_inputs import admission_inputs
 
 logger = logging.getLogger("mrope.integrations.vllm")
 SEGMENTS_PER_REQUEST = 16  # the table's initial pool: entries per request slot
@@ -108,7 +108,7 @@ class TableRopeState:
             self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
             self._staged = True
         try:  # vLLM has no remove hook: an admission overwrites the slot (replace)
-            inputs = inputs_from_mm_features(self.family, mm_features)
+            inputs = admission_inputs(self.family, mm_features)
             self.table.add(req_idx, self.family, prefill_token_ids, replace=True, **inputs)
         except Exception as error:
             if req_idx in self.table:  # the refused request's slot still holds the one before it

@@ -52,7 +52,7 @@ from .._errors import MRopeError
 from ..families import Family, from_config
 from ..serving import PositionTable
 from ._vllm_audit import AUDITED, RUNNER_TARGETS, family_differences, installed_digests, match
-from ._vllm_inputs import VLLM_SETTINGS, inputs_from_mm_features, unsupported_reason
+from ._vllm_inputs import VLLM_SETTINGS, admission_inputs, unsupported_reason
 from ._vllm_v2 import TableRopeState
 
 #: vLLM releases whose internals this module was audited against and tested with (by source digest:
@@ -457,7 +457,7 @@ def _request_inputs(family: Family, req_state: Any) -> tuple[Any, dict[str, Any]
     ids = req_state.prompt_token_ids
     if ids is None:  # embeddings only: text positions (-1 is no placeholder id)
         ids = np.full(req_state.prompt_embeds.shape[0], -1, dtype=np.int64)
-    return ids, inputs_from_mm_features(family, features)
+    return ids, admission_inputs(family, features)
 
 
 # -- the patched methods ------------------------------------------------------------------------------

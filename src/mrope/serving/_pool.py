@@ -32,9 +32,11 @@ import sys
 import numpy as np
 
 from .._errors import MRopeError
+from ..core.one_row import OneRowLayout
 from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 SHIFT = 32  # key = base << 32 | index
+NUM_FIELDS = ORIGIN + 1  # an entry's fields (the rows of ``data``)
 #: the most entries a pool holds: a key keeps its entry's index (``base``) in the 31 bits above
 #: ``SHIFT`` (int64 keys stay positive), and :meth:`Pool.put` writes it as an int32
 MAX_CAPACITY = 1 << 31
@@ -81,55 +83,91 @@ class Pool:
         self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
     def put(
-        self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
+        self,
+        slot: int,
+        ints: np.ndarray | OneRowLayout,
+        floats: np.ndarray | None,
+        length: int,
+        delta: int | float,
     ) -> tuple[int, int, bool]:
-        """Store ``slot``'s segments (from :mod:`._segments`) and its decode tail, a text segment from
-        ``length`` whose offsets count from index 0 with base ``delta``: positions ``index + delta``
-        rounded once (float32 tables), as transformers' float32 ``index + delta``; a live request of
-        ``slot`` is replaced. The entries are the replaced request's or the slot's hole where they fit (see
-        the module docstring), else those at ``top``. Returns the range of entries written (the slot's,
-        and those of a replaced request that became free) and whether the pool was compacted (every entry
-        may have moved)."""
-        need = ints.shape[1] + 1
-        first, count = self.first[slot], self.count[slot]  # count > 0: a live request, replaced
-        moved = False
-        if need <= count:  # in the replaced request's entries; those past the new ones become free
-            lo, span = first, (first, first + count)
-            if need < count:
-                self.keys[first + need : first + count] = _free_keys(first + need, first + count)
-        else:
-            lo, end = (0, 0) if count else self.hole[slot]
-            if need > end - lo:
-                lo = self.top
-                moved = lo + need > self.capacity
-                if moved:  # (the replaced request's entries are not kept)
-                    self.compact(need, dropping=slot if count else None)
-                    lo = self.top
-                self.top = lo + need
-            span = (lo, lo + need)
-            if count and not moved:  # the replaced request's entries become free
-                self.keys[first : first + count] = _free_keys(first, first + count)
-                span = (min(lo, first), max(lo + need, first + count))
+        """Store ``slot``'s segments (from :mod:`._segments`, or a one-row layout written straight into
+        the entries, int64 tables only) and its decode tail, a text segment from ``length`` whose offsets
+        count from index 0 with base ``delta``: positions ``index + delta`` rounded once (float32
+        tables), as transformers' float32 ``index + delta``; a live request of ``slot`` is replaced. The
+        entries are the replaced request's or the slot's hole where they fit (see the module docstring),
+        else those at ``top``. Returns the range of entries written (the slot's, and those of a replaced
+        request that became free) and whether the pool was compacted (every entry may have moved)."""
+        layout = type(ints) is OneRowLayout
+        need = (ints.num if layout else ints.shape[1]) + 1
+        lo, span_lo, span_hi, moved = self._claim(slot, need)
         hi = lo + need
         last = hi - 1
-        self.data[:, lo:last] = ints
-        # the decode tail, a text segment: start, t0 and hw0 (int64 tables; float32 tables: 0 there, the
-        # values in ``floats``), width = is_text = 1, origin 0; one value at a time
-        tail = self._data_items
-        tail[START, last] = length
-        if floats is None:
-            tail[T0, last] = tail[HW0, last] = delta
+        items = self._data_items
+        if layout:  # every entry written with its key's base bits (base << 32 |)
+            self._write_layout(ints, lo)
+            key = lo << SHIFT
+            items[START, last] = key | length
+            items[ORIGIN, last] = key
         else:
-            tail[T0, last] = tail[HW0, last] = 0
+            self.data[:, lo:last] = ints
+            items[START, last] = length
+            items[ORIGIN, last] = 0
+        # the decode tail, a text segment: start (above), t0 and hw0 (int64 tables; float32 tables: 0
+        # there, the values in ``floats``), width = is_text = 1, origin 0; one value at a time
+        if floats is None:
+            items[T0, last] = items[HW0, last] = delta
+        else:
+            items[T0, last] = items[HW0, last] = 0
             self.floats[:, lo:last] = floats
             self._float_items[FLOAT_T0, last] = self._float_items[FLOAT_HW0, last] = delta
-        tail[WIDTH, last] = tail[IS_TEXT, last] = 1
-        tail[ORIGIN, last] = 0
-        self._base_bits[:, lo:hi] = lo  # after the tail's start and origin
+        items[WIDTH, last] = items[IS_TEXT, last] = 1
+        if not layout:
+            self._base_bits[:, lo:hi] = lo  # after the tail's start and origin
         self.hole[slot] = (0, 0)
         self.first[slot] = lo
         self.count[slot] = need
-        return span[0], span[1], moved
+        return span_lo, span_hi, moved
+
+    def _claim(self, slot: int, need: int) -> tuple[int, int, int, bool]:
+        """The first of ``need`` entries for ``slot`` (its replaced request's, its hole, or at ``top``,
+        compacting where they do not fit), the range of entries the put writes or frees, and whether
+        the pool was compacted. The entries of a replaced request past the new ones become free."""
+        first, count = self.first[slot], self.count[slot]  # count > 0: a live request, replaced
+        moved = False
+        if need <= count:  # in the replaced request's entries; those past the new ones become free
+            if need < count:
+                self.keys[first + need : first + count] = _free_keys(first + need, first + count)
+            return first, first, first + count, False
+        lo, end = (0, 0) if count else self.hole[slot]
+        if need > end - lo:
+            lo = self.top
+            moved = lo + need > self.capacity
+            if moved:  # (the replaced request's entries are not kept)
+                self.compact(need, dropping=slot if count else None)
+                lo = self.top
+            self.top = lo + need
+        if count and not moved:  # the replaced request's entries become free
+            self.keys[first : first + count] = _free_keys(first, first + count)
+            return lo, min(lo, first), max(lo + need, first + count), False
+        return lo, lo, lo + need, moved
+
+    def _write_layout(self, layout: OneRowLayout, lo: int) -> None:
+        """A one-row layout's segments into entries ``lo ...``, the keys' base bits included (``lo <<
+        32`` added to ``start`` and ``origin``: indices lie below 2**32)."""
+        key = lo << SHIFT
+        items, flat = self._data_items, layout.flat
+        for i, column in enumerate(layout.singles):  # one value at a time (cheaper than numpy's indexing)
+            entry, f = lo + column, i * NUM_FIELDS
+            items[START, entry] = key | flat[f]
+            items[T0, entry] = flat[f + T0]
+            items[HW0, entry] = flat[f + HW0]
+            items[WIDTH, entry] = flat[f + WIDTH]
+            items[IS_TEXT, entry] = flat[f + IS_TEXT]
+            items[ORIGIN, entry] = key | flat[f + ORIGIN]
+        for column, (start, t0, hw0, width, is_text, origin), block in layout.frame_runs:
+            translation = np.array((key | start, t0, hw0, width, is_text, key | origin), dtype=np.int64)
+            entry = lo + column
+            np.add(block, translation[:, None], out=self.data[:, entry : entry + block.shape[1]])
 
     def free(self, slot: int) -> tuple[int, int]:
         """Release ``slot``'s entries (their keys become free keys); returns their range."""

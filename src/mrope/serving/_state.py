@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 
+from ..core.one_row import OneRowLayout
 from ._pool import SHIFT, Pool
 
 MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
@@ -66,7 +67,12 @@ class SlotState:
         return self.pool.nbytes(slot) + 3 * 8 + (0 if self.deltas is None else 8)
 
     def insert(
-        self, slot: int, ints: np.ndarray, floats: np.ndarray | None, length: int, delta: int | float
+        self,
+        slot: int,
+        ints: np.ndarray | OneRowLayout,
+        floats: np.ndarray | None,
+        length: int,
+        delta: int | float,
     ) -> tuple[int, int, bool]:
         """Store ``slot``'s segments (checked by the caller; a live slot's request is replaced) and its
         info. Returns the range of pool entries written (``lo``, ``hi``: the slot's, and a replaced

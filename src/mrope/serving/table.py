@@ -26,6 +26,7 @@ import numpy as np
 
 from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
+from ..core.one_row import OneRowLayout
 from ..core.renderer import find_segments, render_at, render_tail
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
@@ -285,6 +286,7 @@ class PositionTable:
         audio_seqlens: Any = None,
         use_audio_in_video: bool | None = None,
         frame_offsets: Any = None,
+        items: Any = None,
         replace: bool = False,
     ) -> None:
         """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
@@ -304,6 +306,9 @@ class PositionTable:
         frame_offsets : (num_frames,) int, optional; frame families only (Qwen3-VL, GLM-4.1V): where
             each video frame's placeholders start (see :meth:`Family.positions`), so that nothing
             scans the prompt for them
+        items : list of :class:`mrope.families.PromptItem`, optional; in place of the grids, seconds and
+            offsets (see :meth:`Family.positions`): an engine's per-item records, taken without array
+            conversions
         replace : bool; True: a request ``slot`` holds is replaced in the same call, in its pool entries
             where the new one fits them (an engine that overwrites a slot at admission, as vLLM's V2
             runner does); a refused call leaves it in place
@@ -325,7 +330,7 @@ class PositionTable:
             raise MRopeError(
                 f"family must be a family from mrope.from_config(config), got {type(family).__name__}"
             )
-        table, delta = family.segments(
+        segments, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
             video_grid_thw=video_grid_thw,
@@ -335,17 +340,21 @@ class PositionTable:
             audio_seqlens=audio_seqlens,
             use_audio_in_video=use_audio_in_video,
             frame_offsets=frame_offsets,
+            items=items,
+            layout=not self._floats,
         )
-        data, length = table.data, table.length
-        if not self._floats:
-            if data.dtype is not _INT64:
-                raise MRopeError(
-                    f"slot {slot}: {family.model_type} has float32 positions (fractional video times), "
-                    f"this table holds int64: create it with PositionTable(..., dtype=np.float32)"
-                )
-            if table.compact and data.shape[0] == 6:  # a one-prompt table is already in the pool's form
-                self._insert(slot, data, None, length, delta, length - 1 + delta, replace)
+        if type(segments) is OneRowLayout:  # a few blocks: written straight into the pool
+            length = segments.length
+            if length:
+                self._insert(slot, segments, None, length, delta, length - 1 + delta, replace)
                 return
+            segments = segments.table()  # a prompt of no tokens: its one empty segment is dropped
+        table, length = segments, segments.length
+        if not self._floats and table.data.dtype is not _INT64:
+            raise MRopeError(
+                f"slot {slot}: {family.model_type} has float32 positions (fractional video times), "
+                f"this table holds int64: create it with PositionTable(..., dtype=np.float32)"
+            )
         ints, floats = nonempty(table, floats=self._floats)
         largest = (length - 1) + delta if not self._floats else np.float32(length - 1) + delta
         self._insert(slot, ints, floats, length, delta, largest, replace)
@@ -569,7 +578,7 @@ class PositionTable:
     def _insert(
         self,
         slot: Any,
-        ints: np.ndarray,
+        ints: np.ndarray | OneRowLayout,
         floats: Any,
         length: int,
         delta: int | float,
@@ -577,7 +586,8 @@ class PositionTable:
         replace: bool = False,
     ) -> None:
         """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
-        its segments (:mod:`._segments`), after the checks of its length and largest position."""
+        its segments (:mod:`._segments`, or a one-row layout), after the checks of its length and
+        largest position."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
             slot = self._slot(slot)
         with self._lock:
