@@ -15,8 +15,9 @@ import mrope
 from mrope import MRopeError
 from mrope.core import COMPATS
 from mrope.serving import PositionTable
+from support.offsets import frame_offsets, item_offsets
 from support.peers import require_module
-from support.strategies import Image, Video, build_prompt, layout_kind, prompts, text
+from support.strategies import Image, Video, build_prompt, prompts, text
 
 require_module("transformers")
 
@@ -33,59 +34,6 @@ FAMILIES = {  # name -> (model_type, vision overrides)
 def family_of(name: str, compat: str = "vllm", **settings) -> mrope.Family:
     model_type, vision = FAMILIES[name]
     return mrope.from_config(peers.transformers_config(model_type, **vision), compat=compat, **settings)
-
-
-def _runs(ids: list[int], token: int) -> list[tuple[int, int]]:
-    """(start, end) of each maximal run of ``token`` in ``ids``."""
-    runs, i = [], 0
-    while i < len(ids):
-        if ids[i] == token:
-            j = i
-            while j < len(ids) and ids[j] == token:
-                j += 1
-            runs.append((i, j))
-            i = j
-        else:
-            i += 1
-    return runs
-
-
-def item_offsets(family, ids: list[int], videos: list[list[int]]) -> tuple[list[int], list[int]]:
-    """Offsets as an engine's processor records them: each image's first placeholder; each video's first
-    placeholder (one-block layouts) or the start of its placeholder range (frame layouts: the index before
-    its first frame, Qwen3-VL's ``vision_start``; GLM's ``begin_of_video``)."""
-    kind = layout_kind(family)
-    if kind == "glm":
-        image_runs, frame_runs, depth = [], [], 0
-        starts = []
-        for i, token in enumerate(ids):
-            if token == family.video_start_token_id:
-                depth += 1
-                starts.append(i)
-            elif token == family.video_end_token_id:
-                depth -= 1
-            elif token == family.image_token_id and (i == 0 or ids[i - 1] != token):
-                (frame_runs if depth else image_runs).append(i)
-        return image_runs, starts
-    images = [s for s, _ in _runs(ids, family.image_token_id)]
-    frames = [s for s, _ in _runs(ids, family.video_token_id)]
-    if kind == "whole":
-        return images, frames
-    first = np.cumsum([0] + [v[0] for v in videos])[:-1]
-    return images, [frames[f] - 1 for f in first]
-
-
-def frame_offsets(family, ids: list[int]) -> list[int]:
-    """Frame families: where each video frame's placeholders start (the runs of the frame token inside a
-    video's range, as vLLM's ``is_embed`` marks them), every video's frames in order."""
-    if layout_kind(family) == "glm":
-        starts, depth = [], 0
-        for i, token in enumerate(ids):
-            depth += (token == family.video_start_token_id) - (token == family.video_end_token_id)
-            if depth and token == family.image_token_id and ids[i - 1] != token:
-                starts.append(i)
-        return starts
-    return [s for s, _ in _runs(ids, family.video_token_id)]
 
 
 def _check_same(family, prompt, image_offsets, video_offsets, context, frames=None):

@@ -1,0 +1,233 @@
+"""One prompt's items as :class:`mrope.families.PromptItem` values (``items=``): transformers' positions,
+the same positions, segments and table rows as the array inputs (grids, seconds, offsets), and, for
+bad items, the same error as those inputs give. Families with a rule on items (Qwen2-VL, Qwen2.5-VL,
+PaddleOCR-VL) check and place them on Python values; the others convert them to arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mrope
+from mrope import MRopeError
+from mrope.core import COMPATS
+from mrope.families import Qwen2VL
+from mrope.families.inputs import PromptItem, items_as_inputs
+from mrope.serving import PositionTable
+from support.offsets import item_offsets
+from support.peers import as_numpy, require_module, transformers_rope_index
+from support.strategies import Image, Video, build_prompt, prompts, text
+
+require_module("transformers")
+
+from support import peers  # noqa: E402
+
+FAMILIES = {  # name -> (model_type, vision overrides)
+    "qwen2_vl": ("qwen2_vl", {}),
+    "qwen2_5_vl": ("qwen2_5_vl", {"tokens_per_second": 2}),
+    "qwen3_vl": ("qwen3_vl", {}),  # no rule on items: the array path
+    "glm4v": ("glm4v", {}),
+}
+
+
+def family_of(name: str, compat: str = "vllm") -> mrope.Family:
+    model_type, vision = FAMILIES[name]
+    return mrope.from_config(peers.transformers_config(model_type, **vision), compat=compat)
+
+
+def items_of(family, prompt) -> list[PromptItem]:
+    """The prompt's items, in prompt order, from its grids and the offsets a processor records."""
+    image_offsets, video_offsets = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    seconds = prompt.second_per_grid_ts or [None] * len(prompt.video_grid_thw)
+    items = [PromptItem("image", o, g) for o, g in zip(image_offsets, prompt.image_grid_thw, strict=True)]
+    items += [
+        PromptItem("video", o, g, s)
+        for o, g, s in zip(video_offsets, prompt.video_grid_thw, seconds, strict=True)
+    ]
+    return sorted(items, key=lambda item: item.offset)
+
+
+def outcome(call):
+    """The call's result, or the message of the MRopeError it raised."""
+    try:
+        return call()
+    except MRopeError as error:
+        return str(error)
+
+
+def test_the_families_with_a_rule_on_items():
+    with_rule = {t for t, cls in mrope.families.REGISTRY.items() if cls.rule_on_items}
+    assert with_rule == {"qwen2_vl", "qwen2_5_vl", "paddleocr_vl"}
+
+
+def test_a_subclass_overriding_a_hook_takes_the_array_path():
+    class Unchanged(Qwen2VL):
+        pass
+
+    class OwnChecks(Qwen2VL):
+        def check_vision_inputs(self, *args):  # (a rule the item path does not know)
+            raise MRopeError("own check")
+
+    assert Unchanged.rule_on_items and not OwnChecks.rule_on_items
+    family = OwnChecks("x", image_token_id=5, video_token_id=6, spatial_merge_size=2)
+    with pytest.raises(MRopeError, match="own check"):
+        family.positions([5] * 4, items=[PromptItem("image", 0, (1, 4, 4))])
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen2_5_vl"])
+@given(data=st.data())
+def test_items_give_transformers_positions(name, data):
+    family = family_of(name, "transformers")
+    prompt = data.draw(prompts(family, max_images=3, max_videos=2), label="prompt")
+    if prompt.second_per_grid_ts is not None:  # items carry Python floats: float32 values, as a list
+        seconds = [float(np.float32(s)) for s in prompt.second_per_grid_ts]
+        prompt = dataclasses.replace(prompt, second_per_grid_ts=seconds)
+    model_type, vision = FAMILIES[name]
+    config = peers.transformers_config(model_type, **vision)
+    ids = torch.tensor([prompt.input_ids])
+    expected, expected_delta = transformers_rope_index(
+        family, config, ids, **peers.torch_grids(prompt.kwargs())
+    )
+    positions, delta = family.positions(prompt.input_ids, items=items_of(family, prompt))
+    np.testing.assert_array_equal(positions, as_numpy(expected)[:, 0], err_msg=prompt.describe())
+    assert delta == int(expected_delta[0, 0])
+
+
+@pytest.mark.parametrize("compat", COMPATS)
+@pytest.mark.parametrize("name", FAMILIES)
+@given(data=st.data())
+def test_items_are_the_array_inputs(name, compat, data):
+    family = family_of(name, compat)
+    prompt = data.draw(prompts(family, max_images=3, max_videos=2), label="prompt")
+    items = items_of(family, prompt)
+    arrays = items_as_inputs(items)
+    context = f"{name} {compat}: {prompt.describe()}"
+    expected, expected_delta = family.positions(prompt.input_ids, **arrays)
+    for ids in (prompt.input_ids, np.array(prompt.input_ids)):
+        positions, delta = family.positions(ids, items=items)
+        np.testing.assert_array_equal(positions, expected, err_msg=context)
+        assert delta == expected_delta, context
+        table, delta = family.segments(ids, items=items)
+        np.testing.assert_array_equal(mrope.core.render_all(table), expected, err_msg=context)
+        assert delta == expected_delta, context
+    table = PositionTable(2)
+    table.add(1, family, prompt.input_ids, items=items)
+    length = len(prompt.input_ids)
+    out = np.zeros((3, length + 2), dtype=np.int64)
+    table.fill(out, np.array([1]), np.array([0]), np.array([length + 2]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table: {context}")
+    decode = np.broadcast_to(np.arange(length, length + 2) + expected_delta, (3, 2))
+    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"decode: {context}")
+
+
+def _corrupt(items: list[PromptItem], what: str, i: int, value: int | float) -> list[PromptItem]:
+    """``items`` with item ``i``'s offset moved, a grid value changed, or its seconds replaced."""
+    item = items[i]
+    if what == "offset":
+        item = item._replace(offset=item.offset + int(value))
+    elif what == "seconds":
+        item = item._replace(seconds=value)
+    else:
+        grid = list(item.grid)
+        grid["thw".index(what)] += int(value)
+        item = item._replace(grid=grid)
+    return items[:i] + [item] + items[i + 1 :]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(
+    data=st.data(),
+    what=st.sampled_from(["offset", "t", "h", "w", "seconds"]),
+    value=st.sampled_from([-3, -2, -1, 1, 2, 1e12, math.nan, math.inf, 0.0]),
+)
+def test_bad_items_raise_what_the_array_inputs_raise(name, data, what, value):
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=2, max_videos=2), label="prompt")
+    items = items_of(family, prompt)
+    if not items:
+        return
+    i = data.draw(st.integers(0, len(items) - 1), label="item")
+    if (what == "seconds") != isinstance(value, float) or (
+        what == "seconds" and items[i].modality == "image"
+    ):
+        return  # (seconds are floats of videos; the rest integers)
+    bad = _corrupt(items, what, i, value)
+    expected = outcome(lambda: family.positions(prompt.input_ids, **items_as_inputs(bad)))
+    got = outcome(lambda: family.positions(prompt.input_ids, items=bad))
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        np.testing.assert_array_equal(got[0], expected[0])
+        assert got[1] == expected[1]
+    table = PositionTable(1)
+    table.add(0, family, [1, 2, 3])
+    if isinstance(expected, str):  # a refused replacement leaves the request before it
+        with pytest.raises(MRopeError):
+            table.add(0, family, prompt.input_ids, items=bad, replace=True)
+        assert table.prompt_length(0) == 3
+
+
+def _qwen2_5_prompt():
+    family = family_of("qwen2_5_vl")
+    prompt = build_prompt(family, [text(2), Image(2, 2), text(1), Video(2, 1, 2), text(1)], [0.5])
+    return family, prompt, items_of(family, prompt)
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (("video", 3), r"items\[1\] must be a PromptItem\(modality, offset, grid, seconds\)"),
+        (PromptItem("audio", 3, (1, 2, 2)), r"items\[1\] has modality 'audio': 'image' or 'video'"),
+        (PromptItem("image", 3, (1, 2, 2), 0.5), r"items\[1\] is an image with seconds 0.5"),
+        (PromptItem("video", 3.0, (2, 2, 4)), r"items\[1\].offset"),
+        (PromptItem("video", 3, (2, 2.5, 4)), r"items\[1\].grid"),
+        (PromptItem("video", 3, (2, 2)), r"items\[1\].grid must be \(T, H, W\), got \(2, 2\)"),
+        (PromptItem("video", 3, (2, 2, 4), "1"), r"seconds of video 0 must be a number, got '1'"),
+    ],
+)
+def test_malformed_items_are_named(item, message):
+    family, prompt, items = _qwen2_5_prompt()
+    bad = [items[0], item]
+    with pytest.raises(MRopeError, match=message):
+        family.positions(prompt.input_ids, items=bad)
+    with pytest.raises(MRopeError, match=message):
+        family_of("qwen3_vl").positions(prompt.input_ids, items=bad)  # (the array path's check too)
+
+
+def test_items_take_numpy_and_tensor_values():
+    family, prompt, items = _qwen2_5_prompt()
+    expected = family.positions(prompt.input_ids, items=items)
+    converted = [
+        PromptItem(
+            i.modality,
+            np.int64(i.offset),
+            torch.tensor(i.grid),
+            None if i.seconds is None else np.float32(i.seconds),
+        )
+        for i in items
+    ]
+    got = family.positions(prompt.input_ids, items=converted)
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+
+
+def test_items_replace_the_array_inputs():
+    family, prompt, items = _qwen2_5_prompt()
+    with pytest.raises(MRopeError, match="items replaces the grids"):
+        family.positions(prompt.input_ids, items=items, image_grid_thw=prompt.image_grid_thw)
+    with pytest.raises(MRopeError, match="items replaces the grids"):
+        PositionTable(1).add(0, family, prompt.input_ids, items=items, video_offsets=[0])
+
+
+def test_seconds_to_a_family_that_does_not_scale_time():
+    family = family_of("qwen2_vl")
+    prompt = build_prompt(family, [text(2), Video(2, 2, 2), text(1)])
+    (video,) = items_of(family, prompt)
+    with pytest.raises(MRopeError, match="qwen2_vl does not scale video time"):
+        family.positions(prompt.input_ids, items=[video._replace(seconds=0.5)])
