@@ -15,7 +15,7 @@ from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
-from .inputs import ArrayLike, RequestInputs
+from .inputs import ArrayLike, PromptItem, RequestInputs
 from .isaac import Isaac
 from .keye import Keye
 from .openpangu_vl import OpenPanguVL
@@ -130,6 +130,7 @@ __all__ = [
     "REGISTRY",
     "ArrayLike",
     "Family",
+    "PromptItem",
     "RequestInputs",
     "family_for",
     "family_of",

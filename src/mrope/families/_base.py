@@ -443,6 +443,13 @@ class Family:
             GLM-4.1V and their kin): where each video frame's placeholder tokens start, every video's
             frames in order (vLLM: the runs of ``mm_position.is_embed``). The frames are then taken from
             them, not found in the prompt; each frame's first and last tokens are checked.
+        items : list of :class:`mrope.families.PromptItem`, optional, in place of the grids, seconds and
+            offsets: each image and video as ``(modality, offset, (T, H, W), seconds)`` in Python
+            values, as an engine's per-item records hold them (:func:`mrope.families.inputs.split_items`
+            says what each must be). They mean what the same values as arrays mean and are checked as
+            those are; a family with a rule on items (:attr:`rule_on_items`: Qwen2-VL, Qwen2.5-VL,
+            PaddleOCR-VL) checks and places a few of them without building an array (a serving
+            engine's admission), the others convert them.
 
         Returns
         -------
