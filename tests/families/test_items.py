@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +24,8 @@ from support.peers import as_numpy, require_module, transformers_rope_index
 from support.strategies import Image, Video, build_prompt, prompts, text
 
 require_module("transformers")
+
+import torch  # noqa: E402
 
 from support import peers  # noqa: E402
 

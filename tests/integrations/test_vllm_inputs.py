@@ -11,7 +11,8 @@ import pytest
 
 import mrope
 from mrope import MRopeError
-from mrope.integrations._vllm_inputs import VLLM_SETTINGS, inputs_from_mm_features
+from mrope.families import PromptItem
+from mrope.integrations._vllm_inputs import VLLM_SETTINGS, admission_inputs, inputs_from_mm_features
 
 CONFIG = {
     "model_type": "qwen2_5_vl",
@@ -126,3 +127,53 @@ def test_adjacent_frames_are_taken_from_the_offset():
 def test_items_of_a_family_that_positions_every_token_in_order_give_no_inputs():
     family = mrope.from_config({"model_type": "minicpmv4_6"}, **VLLM_SETTINGS)
     assert inputs_from_mm_features(family, [feature("image", 3, tgt_sizes=[4, 4])]) == {}
+
+
+def _video_prompt(family) -> tuple[list[int], list[SimpleNamespace]]:
+    """Text, an image of 2 x 3 merged tokens, text, a video of 2 frames of 2 x 2, text."""
+    image, video = family.image_token_id, family.video_token_id
+    ids = [1, 2] + [image] * 6 + [3] + [video] * 8 + [4, 5]
+    features = [
+        feature("video", 9, video_grid_thw=np.array([2, 4, 4]), second_per_grid_ts=np.float32(0.7)),
+        feature("image", 2, image_grid_thw=np.array([1, 4, 6])),
+    ]
+    return ids, features
+
+
+def test_admission_reads_items_for_a_family_with_a_rule_on_items(family):
+    ids, features = _video_prompt(family)
+    got = admission_inputs(family, features)
+    assert list(got) == ["items"]
+    assert got["items"] == [
+        PromptItem("image", 2, [1, 4, 6]),
+        PromptItem("video", 9, [2, 4, 4], 0.699999988079071),
+    ]
+    expected = family.positions(ids, **inputs_from_mm_features(family, features))
+    positions, delta = family.positions(ids, **got)
+    np.testing.assert_array_equal(positions, expected[0])
+    assert delta == expected[1]
+
+
+def test_admission_reads_arrays_for_other_families():
+    family = mrope.from_config(
+        {**CONFIG, "model_type": "ernie4_5_vl_moe", "temporal_merge_size": 2}, **VLLM_SETTINGS
+    )
+    assert not family.rule_on_items
+    ids, features = _video_prompt(family)
+    features[0].data.pop("second_per_grid_ts")
+    got = admission_inputs(family, features)
+    assert "items" not in got and got["video_offsets"] == [9]
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (feature("video", 9, video_grid_thw=[2, 4, 4.0]), r"the feature at offset 9's video_grid_thw"),
+        (feature("audio", 9, audio_features=[1]), r"qwen2_5_vl has no M-RoPE rule for a 'audio' feature"),
+        (feature("video", 9), r"the feature at offset 9 has no video_grid_thw"),
+    ],
+)
+def test_admission_refuses_what_the_array_path_refuses(family, bad, match):
+    for read in (admission_inputs, inputs_from_mm_features):
+        with pytest.raises(MRopeError, match=match):
+            read(family, [bad])
