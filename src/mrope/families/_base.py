@@ -685,7 +685,7 @@ class Family:
             self.check_seconds(given, [t for t, _, _ in videos.tolist()])
         return checked
 
-    def check_seconds(self, given: list[float] | None, frames: list[int]) -> None:
+    def check_seconds(self, given: list[float] | None, frames: Sequence[int]) -> None:
         """The rules of :meth:`check_second_per_grid_ts` on Python values: each video's seconds per grid
         step (``given``; None: not given, 1 second each) in ``[0, LARGEST_POSITION]`` and, for families
         that scale time, the time index of each video's last frame (``frames``: each video's T) no

@@ -152,7 +152,10 @@ def split_items(items: Any) -> SplitItems:
             raise MRopeError(f"items[{i}] has modality {modality!r}: 'image' or 'video'")
     if seconds.count(None) == len(seconds):  # none given
         return SplitItems(images, videos, image_offsets, video_offsets, None)
-    given = [1.0 if x is None else _one_float(x, f"seconds of video {j}") for j, x in enumerate(seconds)]
+    given = [
+        x if type(x) is float else 1.0 if x is None else _one_float(x, f"seconds of video {j}")
+        for j, x in enumerate(seconds)
+    ]
     return SplitItems(images, videos, image_offsets, video_offsets, given)
 
 

@@ -63,6 +63,11 @@ class Qwen2VL(Family):
             return image_part or video_part  # one item or none: nothing to order or to overlap
         return self.merge_items([image_part, video_part], image_offsets, video_offsets)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        #: the time steps and rounding of :meth:`video_interval` by the videos' (seconds, frames)
+        self._item_steps: dict[tuple[Any, ...], tuple[np.ndarray | float, int]] = {}
+
     def item_rows(self, ids: Any, items: SplitItems) -> list[BlockRow]:
         """One prompt's blocks from its items' Python values: the checks of :meth:`request_inputs` and
         the blocks of :meth:`prompt_blocks`, in their order, one Python step per item (no array but
@@ -76,16 +81,24 @@ class Qwen2VL(Family):
             self._too_many_tokens(*grids, len(ids))
         if seconds is not None and not self.uses_second_per_grid_ts:
             raise self.seconds_refused()
+        frames = tuple([t for t, _, _ in videos]) if videos else ()
         if videos:
-            self.check_seconds(seconds, [t for t, _, _ in videos])
+            self.check_seconds(seconds, frames)
         rows = (
             self.items_at(ids, self.image_token_id, images, items.image_offsets, what="image")
             if images
             else []
         )
         if videos:
-            given = None if seconds is None else Seconds(np.array(seconds, dtype=np.float64), "float32")
-            interval, rounding = self.video_interval(given, videos)
+            key = (None if seconds is None else tuple(seconds), frames)
+            steps = self._item_steps.get(key)  # (a few frame rates and lengths recur across requests)
+            if steps is None:
+                given = None if seconds is None else Seconds(np.array(seconds, dtype=np.float64), "float32")
+                steps = self.video_interval(given, videos)
+                if len(self._item_steps) >= _KEPT_STEPS:
+                    self._item_steps.clear()
+                self._item_steps[key] = steps
+            interval, rounding = steps
             rows += self.items_at(
                 ids,
                 self.video_token_id,
@@ -172,6 +185,8 @@ class Qwen2VL(Family):
         the family scales time."""
         return 1.0, 0
 
+
+_KEPT_STEPS = 256  # the videos' time steps :meth:`Qwen2VL.item_rows` keeps, by seconds and frames
 
 #: the hooks whose rule :meth:`Qwen2VL.item_rows` follows on Python values
 _ITEM_PATH_HOOKS = (

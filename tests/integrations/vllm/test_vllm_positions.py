@@ -41,6 +41,7 @@ import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations._vllm_inputs import (  # noqa: E402
     VLLM_SETTINGS,
+    admission_inputs,
     feature_spec,
     inputs_from_mm_features,
     unsupported_reason,
@@ -340,13 +341,23 @@ def check(setup: Setup, request: Request) -> None:
         positions, delta = setup.family.positions(ids, **inputs)
         np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
         assert delta == expected_delta, f"delta {delta} != vLLM's {expected_delta}: {context}"
+    # what the plugin admits with: the features as items for a family with a rule on items
+    admitted = admission_inputs(setup.family, request.features)
+    assert ("items" in admitted) == setup.family.rule_on_items, context
+    positions, delta = setup.family.positions(request.ids, **admitted)
+    np.testing.assert_array_equal(positions, expected, err_msg=f"admission inputs, {context}", strict=True)
+    assert delta == expected_delta, f"admission inputs: delta {delta} != vLLM's {expected_delta}: {context}"
     # the table row the plugin keeps: the prompt, then three decode tokens at index + delta
     table = PositionTable(4)
     table.add(2, setup.family, request.ids, **inputs)
+    table.add(3, setup.family, request.ids, **admitted)
     length = len(request.ids)
     out = np.zeros((3, length + 3), dtype=np.int64)
     table.fill(out, np.array([2]), np.array([0]), np.array([length + 3]))
     np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table, {context}")
+    admitted_out = np.zeros((3, length + 3), dtype=np.int64)
+    table.fill(admitted_out, np.array([3]), np.array([0]), np.array([length + 3]))
+    np.testing.assert_array_equal(admitted_out, out, err_msg=f"table of admission inputs, {context}")
     decode = np.broadcast_to(np.arange(length, length + 3) + expected_delta, (3, 3))
     np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"table decode, {context}")
     assert table.delta(2) == expected_delta
@@ -459,6 +470,8 @@ def _refused(setup: Setup, request: Request) -> None:
         setup.vllm_positions(request.ids, request.features)
     with pytest.raises(MRopeError):
         setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
+    with pytest.raises(MRopeError):
+        setup.family.positions(request.ids, **admission_inputs(setup.family, request.features))
 
 
 @pytest.mark.parametrize("model_type", ["bailing_moe_v3_vl", "isaac"])

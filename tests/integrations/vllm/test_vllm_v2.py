@@ -140,14 +140,14 @@ def test_v2_refused_request_and_hand_over(qwen2_5_vl_dir: Path, plugin_off: None
     with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
 
-    inputs = _vllm_v2.inputs_from_mm_features
+    inputs = _vllm_v2.admission_inputs
 
     def refuse_videos(family, features):
         if any(f.modality == "video" for f in features):
             raise ValueError("pretend malformed video feature")
         return inputs(family, features)
 
-    monkeypatch.setattr(_vllm_v2, "inputs_from_mm_features", refuse_videos)
+    monkeypatch.setattr(_vllm_v2, "admission_inputs", refuse_videos)
     plugin.enable()
     with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert engine.generate(prompts) == expected
