@@ -19,7 +19,7 @@ from mrope.core import COMPATS
 from mrope.families import Qwen2VL
 from mrope.families.inputs import PromptItem, items_as_inputs
 from mrope.serving import PositionTable
-from support.offsets import item_offsets
+from support.offsets import assert_table_row, item_offsets
 from support.peers import as_numpy, require_module, transformers_rope_index
 from support.strategies import Image, Video, build_prompt, prompts, text
 
@@ -119,12 +119,7 @@ def test_items_are_the_array_inputs(name, compat, data):
         assert delta == expected_delta, context
     table = PositionTable(2)
     table.add(1, family, prompt.input_ids, items=items)
-    length = len(prompt.input_ids)
-    out = np.zeros((3, length + 2), dtype=np.int64)
-    table.fill(out, np.array([1]), np.array([0]), np.array([length + 2]))
-    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table: {context}")
-    decode = np.broadcast_to(np.arange(length, length + 2) + expected_delta, (3, 2))
-    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"decode: {context}")
+    assert_table_row(table, 1, expected, expected_delta, context)
 
 
 def _corrupt(items: list[PromptItem], what: str, i: int, value: int | float) -> list[PromptItem]:

@@ -15,7 +15,7 @@ import mrope
 from mrope import MRopeError
 from mrope.core import COMPATS
 from mrope.serving import PositionTable
-from support.offsets import frame_offsets, item_offsets
+from support.offsets import assert_table_row, frame_offsets, item_offsets
 from support.peers import require_module
 from support.strategies import Image, Video, build_prompt, prompts, text
 
@@ -50,12 +50,7 @@ def _check_same(family, prompt, image_offsets, video_offsets, context, frames=No
         assert delta == expected_delta, f"segments delta {delta} != {expected_delta}: {context}"
     table = PositionTable(2)
     table.add(1, family, prompt.input_ids, **prompt.kwargs("torch"), **offsets)
-    length = len(prompt.input_ids)
-    out = np.zeros((3, length + 2), dtype=np.int64)
-    table.fill(out, np.array([1]), np.array([0]), np.array([length + 2]))
-    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table: {context}")
-    decode = np.broadcast_to(np.arange(length, length + 2) + expected_delta, (3, 2))
-    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"decode: {context}")
+    assert_table_row(table, 1, expected, expected_delta, context)
 
 
 @pytest.mark.parametrize("compat", COMPATS)

@@ -60,3 +60,14 @@ def frame_offsets(family, ids: list[int]) -> list[int]:
                 starts.append(i)
         return starts
     return [s for s, _ in _runs(ids, family.video_token_id)]
+
+
+def assert_table_row(table, slot: int, expected: np.ndarray, delta: int, context: str) -> None:
+    """``slot``'s row of a table (the prompt, then two decode tokens) equals ``expected`` positions,
+    then ``index + delta``."""
+    length = expected.shape[1]
+    out = np.zeros((3, length + 2), dtype=np.int64)
+    table.fill(out, np.array([slot]), np.array([0]), np.array([length + 2]))
+    np.testing.assert_array_equal(out[:, :length], expected, err_msg=f"table: {context}")
+    decode = np.broadcast_to(np.arange(length, length + 2) + delta, (3, 2))
+    np.testing.assert_array_equal(out[:, length:], decode, err_msg=f"decode: {context}")

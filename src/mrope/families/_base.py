@@ -374,27 +374,9 @@ class Family:
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
         of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
         are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool)."""
-        if items is None:
-            inputs = self.request_inputs(  # positionally: this is the per-request admission path
-                input_ids,
-                image_grid_thw,
-                video_grid_thw,
-                second_per_grid_ts,
-                image_offsets,
-                video_offsets,
-                audio_seqlens,
-                use_audio_in_video,
-                frame_offsets,
-            )
-        else:
-            given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
-            inputs = self.from_items(
-                input_ids, items, (*given, audio_seqlens, use_audio_in_video, frame_offsets)
-            )
-            if type(inputs) is tuple:  # the blocks of a family's rule on items
-                rows, length = inputs
-                return (layout_one_row if layout else segments_one_row)(rows, length, self.compat)
-        return self.prompt(inputs, segments=True, layout=layout)
+        given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
+        given += (audio_seqlens, use_audio_in_video, frame_offsets)
+        return self.one_prompt(input_ids, given, items, segments=True, layout=layout)
 
     def positions(
         self,
@@ -464,27 +446,31 @@ class Family:
             lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
             wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
         """
+        given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
+        given += (audio_seqlens, use_audio_in_video, frame_offsets)
+        return self.one_prompt(input_ids, given, items, segments=False)
+
+    def one_prompt(
+        self,
+        input_ids: ArrayLike,
+        given: tuple[Any, ...],
+        items: Sequence[PromptItem] | None,
+        *,
+        segments: bool,
+        layout: bool = False,
+    ) -> tuple[Any, int | float]:
+        """:meth:`positions` (or, with ``segments``, :meth:`segments`) from their arguments: ``given``
+        the array inputs in :meth:`request_inputs`' order, or ``items``."""
         if items is None:
-            inputs = self.request_inputs(  # positionally: this is the per-request admission path
-                input_ids,
-                image_grid_thw,
-                video_grid_thw,
-                second_per_grid_ts,
-                image_offsets,
-                video_offsets,
-                audio_seqlens,
-                use_audio_in_video,
-                frame_offsets,
-            )
+            inputs = self.request_inputs(input_ids, *given)  # (positionally: the admission path)
         else:
-            given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
-            inputs = self.from_items(
-                input_ids, items, (*given, audio_seqlens, use_audio_in_video, frame_offsets)
-            )
+            inputs = self.from_items(input_ids, items, given)
             if type(inputs) is tuple:  # the blocks of a family's rule on items
                 rows, length = inputs
-                return render_one_row(rows, length, self.compat)
-        return self.prompt(inputs, segments=False)
+                if not segments:
+                    return render_one_row(rows, length, self.compat)
+                return (layout_one_row if layout else segments_one_row)(rows, length, self.compat)
+        return self.prompt(inputs, segments=segments, layout=layout)
 
     @overload
     def prompt(

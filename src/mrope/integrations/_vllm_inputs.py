@@ -35,7 +35,7 @@ whose rule in vLLM differs from mrope's in ways no setting covers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,14 +123,7 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
     image_offsets: list[int] = []
     video_offsets: list[int] = []
     video_ranges: list[Any] = []
-    features = mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset)
-    for feature in features:
-        modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
-        if data is None:
-            raise MRopeError(
-                f"{modality} feature at offset {offset} has no data (vLLM clears it for cached items): "
-                "its grid is needed"
-            )
+    for feature, modality, offset, data in _in_order(mm_features):
         if modality == "image":
             images.append(_grid(data.get("image_grid_thw"), "image_grid_thw", offset))
             image_offsets.append(offset)
@@ -186,13 +179,7 @@ def admission_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, An
     if reason is not None:
         raise MRopeError(reason)
     items = []
-    for feature in mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset):
-        modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
-        if data is None:
-            raise MRopeError(
-                f"{modality} feature at offset {offset} has no data (vLLM clears it for cached items): "
-                "its grid is needed"
-            )
+    for _, modality, offset, data in _in_order(mm_features):
         if modality == "image":
             items.append(
                 PromptItem("image", offset, _grid(data.get("image_grid_thw"), "image_grid_thw", offset))
@@ -258,6 +245,19 @@ def row_offsets(placeholder: Any, grids: np.ndarray, merge: int) -> list[int]:
 
 def _offset(feature: Any) -> int:
     return feature.mm_position.offset
+
+
+def _in_order(mm_features: Sequence[Any]) -> Iterator[tuple[Any, str, int, Any]]:
+    """Each feature with its modality, offset and data, in placeholder order (as vLLM iterates them);
+    a feature without data (vLLM clears it for items of a prefix-cache hit) is refused."""
+    for feature in mm_features if len(mm_features) < 2 else sorted(mm_features, key=_offset):
+        modality, offset, data = feature.modality, feature.mm_position.offset, feature.data
+        if data is None:
+            raise MRopeError(
+                f"{modality} feature at offset {offset} has no data (vLLM clears it for cached items): "
+                "its grid is needed"
+            )
+        yield feature, modality, offset, data
 
 
 def _grid(elem: Any, name: str, offset: int) -> list[int]:

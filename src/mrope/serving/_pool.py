@@ -28,12 +28,21 @@ admission of a slot (vLLM reuses a finished request's slot) neither moves ``top`
 from __future__ import annotations
 
 import sys
+from typing import TypeAlias
 
 import numpy as np
 
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
 from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+
+#: a request's segments as the pool takes them: an int64 (fields, segments) array (from
+#: :mod:`._segments`), or a one-row layout written straight into the entries; their float fields
+Segments: TypeAlias = "np.ndarray | OneRowLayout"
+Floats: TypeAlias = "np.ndarray | None"
+Number: TypeAlias = "int | float"
+#: the range of entries a put wrote or freed (lo, hi), and whether the pool was compacted
+Span: TypeAlias = "tuple[int, int, bool]"
 
 SHIFT = 32  # key = base << 32 | index
 NUM_FIELDS = ORIGIN + 1  # an entry's fields (the rows of ``data``)
@@ -82,14 +91,7 @@ class Pool:
         self._float_items = None if floats is None else memoryview(floats)
         self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
-    def put(
-        self,
-        slot: int,
-        ints: np.ndarray | OneRowLayout,
-        floats: np.ndarray | None,
-        length: int,
-        delta: int | float,
-    ) -> tuple[int, int, bool]:
+    def put(self, slot: int, ints: Segments, floats: Floats, length: int, delta: Number) -> Span:
         """Store ``slot``'s segments (from :mod:`._segments`, or a one-row layout written straight into
         the entries, int64 tables only) and its decode tail, a text segment from ``length`` whose offsets
         count from index 0 with base ``delta``: positions ``index + delta`` rounded once (float32

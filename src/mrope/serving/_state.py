@@ -22,8 +22,7 @@ import threading
 
 import numpy as np
 
-from ..core.one_row import OneRowLayout
-from ._pool import SHIFT, Pool
+from ._pool import SHIFT, Floats, Number, Pool, Segments, Span
 
 MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
 # float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
@@ -66,14 +65,7 @@ class SlotState:
         """Bytes of state ``slot`` holds: its segments and its info (and delta)."""
         return self.pool.nbytes(slot) + 3 * 8 + (0 if self.deltas is None else 8)
 
-    def insert(
-        self,
-        slot: int,
-        ints: np.ndarray | OneRowLayout,
-        floats: np.ndarray | None,
-        length: int,
-        delta: int | float,
-    ) -> tuple[int, int, bool]:
+    def insert(self, slot: int, ints: Segments, floats: Floats, length: int, delta: Number) -> Span:
         """Store ``slot``'s segments (checked by the caller; a live slot's request is replaced) and its
         info. Returns the range of pool entries written (``lo``, ``hi``: the slot's, and a replaced
         request's that became free) and whether the pool was compacted (every entry may have moved)."""
