@@ -576,7 +576,7 @@ class Family:
         images, image_tokens = self.check_grids(image_grid_thw, "image_grid_thw", 1)
         videos, video_tokens = self.check_grids(video_grid_thw, "video_grid_thw", self._video_temporal)
         if image_tokens + video_tokens > length:
-            self._too_many_tokens(images, videos, length)
+            self.raise_too_many_tokens(images, videos, length)
         return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, videos)
 
     def check_grids(self, grid_thw: Any, name: str, temporal: int) -> tuple[np.ndarray, int | float]:
@@ -624,7 +624,7 @@ class Family:
             f"{name}[{i}] = {grid}: {axis}={value} is not divisible by spatial_merge_size {merge}"
         )
 
-    def _too_many_tokens(self, images: np.ndarray, videos: np.ndarray, length: int) -> None:
+    def raise_too_many_tokens(self, images: np.ndarray, videos: np.ndarray, length: int) -> None:
         """Raise for the first item (images first) whose placeholder tokens take the running count past
         the ``length`` tokens of the stream (the grids' total does)."""
         counts = [

@@ -75,10 +75,10 @@ class Qwen2VL(Family):
         images, videos, seconds = items.images, items.videos, items.seconds
         tokens = self.grid_tokens(images, "image_grid_thw", 1) if images else 0
         if videos:
-            tokens += self.grid_tokens(videos, "video_grid_thw", self._video_temporal)
+            tokens += self.grid_tokens(videos, "video_grid_thw", self.video_temporal_merge)
         if tokens > len(ids):
             grids = [np.array(g, dtype=np.int64).reshape(-1, 3) for g in (images, videos)]
-            self._too_many_tokens(*grids, len(ids))
+            self.raise_too_many_tokens(*grids, len(ids))
         if seconds is not None and not self.uses_second_per_grid_ts:
             raise self.seconds_refused()
         frames = tuple([t for t, _, _ in videos]) if videos else ()
