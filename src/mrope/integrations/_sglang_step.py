@@ -186,8 +186,9 @@ def _image_inputs(
 
 
 def _view(tensor: torch.Tensor) -> np.ndarray:
-    """A host tensor's numpy view (no copy)."""
-    return tensor.detach().numpy()
+    """A host tensor's numpy view (no copy, no new tensor: SGLang's step tensors do not require grad;
+    one that did would raise, and SGLang's path would serve the step)."""
+    return tensor.numpy()
 
 
 def _rl_on_policy() -> bool:

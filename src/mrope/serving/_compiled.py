@@ -32,11 +32,19 @@ numba is optional (every vLLM install has it): this module imports it, and is im
 environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``slots``,
 ``num_computed`` and ``num_scheduled`` may be int32 or int64 (vLLM's are int32): they are read as
 they are, not copied.
+
+The table calls :func:`step_for`'s compiled function directly, not through numba's dispatcher: the
+dispatcher resolves the types of the eleven arguments at every call, which with an engine's cold
+caches (a model's forward pass ran between two steps) costs more than the step itself. One
+compilation per kind of index arrays serves every array of any strides (layout ``A``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numba import from_dtype, types
 
 from .._numba_cache import cached_njit
 from ..core.compiled import find_segment, write_run, write_tail
@@ -119,3 +127,28 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
         if index < end:  # past the prompt: the decode tail, text from index 0 with base delta
             col = write_tail(out, col, end - index, index, delta)
     return num
+
+
+_STEPS: dict[tuple[np.dtype, np.dtype, np.dtype], Callable[..., int]] = {}
+
+
+def step_for(slots: np.dtype, first: np.dtype, count: np.dtype) -> Callable[..., int]:
+    """:func:`fill` compiled for index arrays of these dtypes (int32 or int64) and arrays of any strides,
+    as the compiled function itself (no dispatch: the caller checks the arguments' kinds)."""
+    key = (slots, first, count)
+    step = _STEPS.get(key)
+    if step is None:
+        signature = (
+            types.Array(types.int64, 2, "A"),
+            *(types.Array(from_dtype(dtype), 1, "A") for dtype in key),
+            types.boolean,
+            types.Array(types.int64, 2, "A"),
+            types.Array(types.int64, 1, "A"),
+            types.Array(types.int64, 2, "A"),
+            types.int64,
+            types.int64,
+            types.int64,
+        )
+        fill.compile(signature)
+        step = _STEPS[key] = fill.get_overload(signature)
+    return step

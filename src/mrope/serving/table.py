@@ -20,6 +20,7 @@ Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,8 @@ BACKENDS = ("auto", "numba", "numpy")
 
 
 def compiled_step(backend: str, floats: bool) -> Any:
-    """The compiled step of :mod:`._compiled` for a table of ``backend`` (``None``: the numpy step).
+    """The compiled steps of :mod:`._compiled` for a table of ``backend``, by the dtypes of the step's
+    index arrays (:func:`._compiled.step_for`; ``None``: the numpy step).
 
     ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA`` is off (``0``, ``false``,
     ``off``, ``no``); ``"numba"``: required (:class:`MRopeError` without numba, or for a float32
@@ -63,12 +65,12 @@ def compiled_step(backend: str, floats: bool) -> Any:
             "backend='numba' serves int64 tables; a float32 table takes backend='numpy' or 'auto'"
         )
     try:
-        from ._compiled import fill
+        from ._compiled import step_for
     except ImportError as err:  # numba missing, or not built for this numpy
         if backend == "numba":
             raise MRopeError(f"backend='numba' needs numba (pip install numba): {err}") from None
         return None
-    return fill
+    return step_for
 
 
 class PositionTable:
@@ -183,6 +185,7 @@ class PositionTable:
         self._scratch = np.empty((4, 0), dtype=np.int64)
         self._arange = np.arange(0, dtype=np.int64)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
+        self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
         self.backend = "numpy" if self._kernel is None else "numba"
         self._device_name = device
         self._device = None  # the torch mirror, see mrope.serving.device
@@ -615,13 +618,13 @@ class PositionTable:
     ) -> int:
         """The compiled step (:mod:`._compiled`), or -1 where the inputs are not the kernel's kind (the
         numpy path converts or refuses them). Bad values make the numpy path raise its error."""
+        if type(slots) is not np.ndarray or type(first) is not np.ndarray or type(count) is not np.ndarray:
+            return -1
+        step = self._steps.get((slots.dtype, first.dtype, count.dtype))  # one lookup checks the dtypes
+        if step is None:
+            step = self._new_step(slots.dtype, first.dtype, count.dtype)
         if (
-            type(slots) is not np.ndarray
-            or type(first) is not np.ndarray
-            or type(count) is not np.ndarray
-            or (slots.dtype is not _INT64 and slots.dtype is not _INT32)
-            or (first.dtype is not _INT64 and first.dtype is not _INT32)
-            or (count.dtype is not _INT64 and count.dtype is not _INT32)
+            step is None
             or slots.ndim != 1
             or first.ndim != 1
             or count.ndim != 1
@@ -637,7 +640,7 @@ class PositionTable:
             return -1
         pool = self._pool
         max_position = self.max_position
-        num = self._kernel(
+        num = step(
             out,
             slots,
             first,
@@ -657,6 +660,14 @@ class PositionTable:
                 self._fill_numpy(out, slots, first, count, num_tokens)
             raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
         return num
+
+    def _new_step(self, *dtypes: np.dtype) -> Callable[..., int] | None:
+        """The compiled step for index arrays of ``dtypes``, kept by them; None unless each is int32 or
+        int64 (the numpy path converts the others)."""
+        if any(dtype is not _INT64 and dtype is not _INT32 for dtype in dtypes):
+            return None
+        step = self._steps[dtypes] = self._kernel(*dtypes)
+        return step
 
     def _decode_numpy(self, out: Any, slots: Any, seq_lens: Any) -> int:
         lens = seq_lens
