@@ -26,6 +26,9 @@ SGLANG_DEPS := numpy transformers==5.19.0 safetensors pillow fastapi uvicorn pyz
 SGLANG_ENV_FIX := tests/sglang_env/_mrope_sglang_env.py tests/sglang_env/mrope_sglang_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
+# The tests' support package (tests/support, ``from support import peers``) on every development
+# environment's import path, for the tests, their engine subprocesses and the benchmarks alike.
+support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mrope_tests.pth"
 
 .PHONY: venv venv-vllm venv-sglang test test-vllm test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures clean
 
@@ -36,6 +39,7 @@ $(BIN)/.installed: pyproject.toml Makefile
 	$(BIN)/pip install -q -e '.[test]' $(TORCH)
 	# SGLang's position code imports only torch: install the package without its GPU stack.
 	$(BIN)/pip install -q --no-deps $(SGLANG)
+	$(call support_path,$(BIN))
 	touch $@
 
 venv: $(BIN)/.installed
@@ -54,6 +58,7 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 	cp $(VLLM_ENV_FIX) "$$($(VLLM_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	$(VLLM_BIN)/pip install -q --no-deps -e .
 	$(VLLM_BIN)/pip install -q 'pytest>=8' 'hypothesis>=6.100'
+	$(call support_path,$(VLLM_BIN))
 	$(VLLM_BIN)/python -c "import torchvision.transforms.v2, vllm, mrope; \
 		from importlib.metadata import entry_points; \
 		assert 'mrope' in entry_points(group='vllm.general_plugins').names, 'mrope plugin not registered'"
@@ -73,6 +78,7 @@ $(SGLANG_BIN)/.installed: pyproject.toml Makefile $(SGLANG_ENV_FIX) $(VLLM_ENV_F
 	$(SGLANG_BIN)/pip install -q $(SGLANG_DEPS) $(TORCH) 'pytest>=8' 'hypothesis>=6.100'
 	cp $(SGLANG_ENV_FIX) $(VLLM_ENV_FIX) "$$($(SGLANG_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	$(SGLANG_BIN)/pip install -q --no-deps -e .
+	$(call support_path,$(SGLANG_BIN))
 	$(SGLANG_BIN)/python -c "import torchvision.transforms.v2, sglang.srt.model_executor.forward_batch_info, mrope; \
 		from importlib.metadata import entry_points; \
 		assert 'mrope' in entry_points(group='sglang.srt.plugins').names, 'mrope plugin not registered'"
@@ -84,6 +90,7 @@ $(NUMPY_VENV)/bin/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(NUMPY_VENV)
 	$(NUMPY_VENV)/bin/pip install -q 'numpy>=1.24' 'pytest>=8' 'hypothesis>=6.100'
 	$(NUMPY_VENV)/bin/pip install -q --no-deps -e .
+	$(call support_path,$(NUMPY_VENV)/bin)
 	touch $@
 
 $(DOCS_VENV)/bin/.installed: Makefile

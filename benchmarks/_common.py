@@ -1,23 +1,19 @@
 """What the benchmark scripts share besides timing: the test suite's peer calls and the command line.
 
 The peer calls (transformers', SGLang's ``get_rope_index`` on mrope's inputs) live in the tests' support
-package (``tests/support``) so that the tests and the benchmarks compare against the same code; this
-module puts ``tests/`` on the import path, once (as pytest's ``pythonpath`` does), for the scripts that
-run as ``python benchmarks/<name>.py``.
+package (``tests/support``) so that the tests and the benchmarks compare against the same code; the
+environments ``make`` builds hold ``tests`` on their import path (see the Makefile).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "tests") not in sys.path:
-    sys.path.append(str(ROOT / "tests"))
+from support import peers
 
-from support import peers  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["ROOT", "main", "peers"]
 

@@ -5,7 +5,7 @@ Usage (in the SGLang environment that ``make venv-sglang`` creates)::
 
     .venv-sglang/bin/python benchmarks/sglang_engine.py [--quick] [--json bench-results/sglang-engine.json]
 
-A tiny random Qwen2.5-VL (tests/integrations/vllm/_checkpoints.py) serves B = 8, 64 and 256 concurrent
+A tiny random Qwen2.5-VL (tests/integrations/vllm/checkpoints.py) serves B = 8, 64 and 256 concurrent
 requests of ~200 text tokens and one image (4 x 6 merged tokens), chunked prefill of 512 tokens per
 step (chunks end inside images), 32 output tokens each, one engine, rounds one after another. The
 integration runs in check mode (``MROPE_SGLANG=check``): each step SGLang's
@@ -23,20 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from _timing import format_table, percentile_us, write_json
+from support import checkpoints
+from support import sglang_engine as _engine
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integrations" / "vllm"))
-sys.path.insert(0, str(ROOT / "tests" / "integrations" / "sglang"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _checkpoints  # noqa: E402
-import _sglang_engine as _engine  # noqa: E402
-
-from _timing import format_table, percentile_us, write_json  # noqa: E402
 
 BATCH_SIZES = (8, 64, 256)
 OUTPUT_TOKENS = 32
@@ -84,7 +79,7 @@ def main() -> None:
 
     sizes = BATCH_SIZES[:2] if args.quick else BATCH_SIZES
     with tempfile.TemporaryDirectory() as folder:
-        model = _checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
+        model = checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
         _engine.released_names(model)
         os.environ["SGLANG_CACHE_DIR"] = str(Path(folder) / "cache")
         os.environ[plugin.ENV_VAR] = "check"

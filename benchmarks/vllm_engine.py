@@ -5,7 +5,7 @@ Usage (in the vLLM environment that ``make test`` creates)::
 
     .venv-vllm/bin/python benchmarks/vllm_engine.py [--quick] [--json bench-results/vllm_engine.json]
 
-A tiny random Qwen2.5-VL (tests/integrations/vllm/_checkpoints.py) serves B = 8, 64 and 256
+A tiny random Qwen2.5-VL (tests/integrations/vllm/checkpoints.py) serves B = 8, 64 and 256
 concurrent requests of ~300 text tokens and one image, chunked prefill of 2048 tokens per step, 64
 output tokens each. The same engine runs the prompts with vLLM's own M-RoPE path and with the plugin
 enabled, alternately, ``--rounds`` times each. Timers wrap the runner's ``_calc_mrope_positions``
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integrations" / "vllm"))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the runner lives in this process
 
-import _checkpoints  # noqa: E402
-import _harness  # noqa: E402
+from support import checkpoints  # noqa: E402
+from support import vllm_harness as harness  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 OUTPUT_TOKENS = 64
 TOKEN_BUDGET = 2048
@@ -78,8 +78,8 @@ def _prompts(family: str, count: int, seed: int) -> list[dict[str, Any]]:
     and pixels, so prefix caching does not skip the work)."""
     rng = np.random.default_rng(seed)
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "kilo"]
-    image = _harness.placeholders(family)["image"]
-    u = _harness.unit(family)
+    image = harness.placeholders(family)["image"]
+    u = harness.unit(family)
     result = []
     for i in range(count):
         text = " ".join(rng.choice(words, size=70).tolist())
@@ -88,7 +88,7 @@ def _prompts(family: str, count: int, seed: int) -> list[dict[str, Any]]:
         result.append(
             {
                 "prompt": f"{' '.join(head)} {image} {' '.join(tail)}",
-                "multi_modal_data": {"image": _harness.image(8 * u, 8 * u, seed=seed * 10_000 + i)},
+                "multi_modal_data": {"image": harness.image(8 * u, 8 * u, seed=seed * 10_000 + i)},
             }
         )
     return result
@@ -106,11 +106,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     results: dict[str, Any] = {"batches": {}}
     with tempfile.TemporaryDirectory() as folder:
-        model = _checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
+        model = checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
         for batch in args.batches:
             prompts = _prompts("qwen2_5_vl", batch, seed=batch)
             max_len = 640
-            engine = _harness.Engine(
+            engine = harness.Engine(
                 model,
                 max_num_seqs=batch,
                 max_num_batched_tokens=TOKEN_BUDGET,

@@ -5,7 +5,7 @@ Usage (in the vLLM environment that ``make test`` creates, where V2 runs on the 
 
     .venv-vllm/bin/python benchmarks/vllm_v2.py [--quick] [--json bench-results/vllm-v2.json]
 
-A tiny random Qwen2.5-VL V2 engine (tests/integrations/vllm/_checkpoints.py, its processors allowed
+A tiny random Qwen2.5-VL V2 engine (tests/integrations/vllm/checkpoints.py, its processors allowed
 large frames) is started with the integration enabled. Each request is what the engine hands its
 worker: the prompt ids as a Python list and the ``MultiModalFeatureSpec`` list, made by the engine's
 own input processor from a prompt. Both states are made by vLLM's ``get_rope_state`` of the engine's
@@ -35,15 +35,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integrations" / "vllm"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the runner lives in this process
 
-import _checkpoints  # noqa: E402
-import _harness  # noqa: E402
-
 from _timing import median_us, percentile_us, write_json  # noqa: E402
+from support import checkpoints  # noqa: E402
+from support import vllm_harness as harness  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGETS = {"video 8k": 5.0, "video 32k": 20.0, "image": 2.0}  # admission, vLLM / mrope (median)
 MEMORY_TARGET = 1000.0  # state bytes, vLLM / mrope
@@ -73,8 +71,8 @@ def _prompts(count: int, seed: int) -> dict[str, list[dict[str, Any]]]:
     """``count`` distinct prompts of each case (distinct pixels and text)."""
     rng = np.random.default_rng(seed)
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "kilo"]
-    ph = _harness.placeholders("qwen2_5_vl")
-    u = _harness.unit("qwen2_5_vl")
+    ph = harness.placeholders("qwen2_5_vl")
+    u = harness.unit("qwen2_5_vl")
     cases: dict[str, list[dict[str, Any]]] = {"video 8k": [], "video 32k": [], "image": []}
     for i in range(count):
         text = " ".join(rng.choice(words, size=70).tolist())
@@ -83,11 +81,11 @@ def _prompts(count: int, seed: int) -> dict[str, list[dict[str, Any]]]:
         cases["image"].append(
             {
                 "prompt": f"{head} {ph['image']} {tail}",
-                "multi_modal_data": {"image": _harness.image(8 * u, 8 * u, seed=seed * 1000 + i)},
+                "multi_modal_data": {"image": harness.image(8 * u, 8 * u, seed=seed * 1000 + i)},
             }
         )
         for name, frames, width in (("video 8k", 64, 16), ("video 32k", 128, 32)):
-            video = _harness.video(frames, 16 * u, width * u, fps=2.0, seed=seed * 1000 + i)
+            video = harness.video(frames, 16 * u, width * u, fps=2.0, seed=seed * 1000 + i)
             cases[name].append(
                 {"prompt": f"Describe {ph['video']} {head}", "multi_modal_data": {"video": video}}
             )
@@ -124,9 +122,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"admission": {}, "memory": {}}
     plugin.enable()
     with tempfile.TemporaryDirectory() as folder:
-        model_dir = _checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
+        model_dir = checkpoints.build("qwen2_5_vl", Path(folder) / "qwen2_5_vl")
         _large_frames(model_dir)
-        engine = _harness.Engine(
+        engine = harness.Engine(
             model_dir,
             runner="v2",
             max_model_len=MAX_MODEL_LEN,
@@ -136,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             kv_cache_tokens=MAX_MODEL_LEN + 256,
         )
         try:
-            runner = _harness.in_process_runner(engine)
+            runner = harness.in_process_runner(engine)
             model_state = runner.model_state
             ours = model_state.rope_state
             assert isinstance(ours, _vllm_v2.TableRopeState), type(ours)

@@ -65,6 +65,26 @@ def test_no_test_or_benchmark_module_is_importable_from_the_package():
         assert importlib.util.find_spec(name) is None, f"{name} is part of the installed package"
 
 
+def test_tests_and_benchmarks_share_one_support_package_without_path_edits():
+    """The tests' helpers live in ``tests/support`` alone, found through the one ``pythonpath`` entry (and
+    the environments' ``.pth``): no test, helper or benchmark edits ``sys.path``."""
+    edits = re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for folder in ("tests", "benchmarks")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if edits.search(line)
+    ]
+    assert not found, f"sys.path edited at {', '.join(found)}"
+    helpers = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("_*.py")
+        if path.name != "__init__.py" and "_env" not in path.parent.name
+    ]
+    assert not helpers, f"test helpers outside tests/support: {', '.join(helpers)}"
+
+
 def _require_build_backend() -> None:
     """Skip (fail under CI) where setuptools >= 77, the build backend, is not installed."""
     try:

@@ -1,4 +1,7 @@
 """What the tests and benchmarks share: the peers and the family table (:mod:`.peers`), the prompt
 generators (:mod:`.strategies`), the pure reference (:mod:`.reference`), the serving engine model
-(:mod:`.engine`, :mod:`.snapshot`) and tiny transformers VLMs (:mod:`.tiny_vlms`). Not installed: pytest
-finds it on its ``pythonpath`` (``tests``), the benchmarks through ``benchmarks/_common.py``."""
+(:mod:`.engine`, :mod:`.snapshot`), tiny transformers VLMs (:mod:`.tiny_vlms`), the tiny engine
+checkpoints (:mod:`.checkpoints`) and the engines' drivers (:mod:`.vllm_harness`, :mod:`.sglang_engine`,
+each also a subprocess worker run as a script). Not shipped: every environment ``make`` builds holds
+``tests`` on its import path (a ``.pth`` file, see the Makefile), as pytest's ``pythonpath`` does, so the
+tests, the engines' subprocesses and the benchmarks import it alike, with no ``sys.path`` edits."""

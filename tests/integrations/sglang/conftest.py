@@ -1,8 +1,8 @@
 """Set-up of the SGLang end-to-end tests (run in ``.venv-sglang`` by ``make test``).
 
-Engines run in subprocesses (``_sglang_engine.py``): SGLang's scheduler is a process of its own, which reads
+Engines run in subprocesses (``sglang_engine.py``): SGLang's scheduler is a process of its own, which reads
 ``MROPE_SGLANG`` when it starts, and a scheduler that fails (check mode's negative control) takes its
-parent down. The tiny checkpoints are the vLLM tests' (``tests/integrations/vllm/_checkpoints.py``),
+parent down. The tiny checkpoints are the vLLM tests' (``tests/integrations/vllm/checkpoints.py``),
 with Qwen2.5-VL's weights under the released checkpoints' names (``model.layers.*``, ``visual.*``),
 which SGLang's loader expects.
 
@@ -24,12 +24,7 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-for folder in (HERE, HERE.parent / "vllm"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-
-import _sglang_engine  # noqa: E402
+from support import sglang_engine
 
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 if not HAVE_SGLANG and not os.environ.get("CI"):
@@ -48,16 +43,16 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``checkpoint(family) -> Path``: the tiny checkpoint of ``qwen2_5_vl``, ``qwen3_vl`` or ``glm4v``."""
-    import _checkpoints
+    from support import checkpoints
 
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("sglang-checkpoints")
 
     def get(family: str) -> Path:
         if family not in built:
-            folder = _checkpoints.build(family, root / family, seed=0)
+            folder = checkpoints.build(family, root / family, seed=0)
             if family == "qwen2_5_vl":
-                _sglang_engine.released_names(folder)
+                sglang_engine.released_names(folder)
             built[family] = folder
         return built[family]
 
@@ -69,7 +64,7 @@ def run_engines(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Callable[..., tuple[int, str, list[dict[str, Any]]]]:
     """``run_engines(model_dir, modes, fault=None) -> (returncode, output, results)``: the engines of
-    ``modes`` run one after another in a subprocess (``_sglang_engine.py``), with the test environment's fault
+    ``modes`` run one after another in a subprocess (``sglang_engine.py``), with the test environment's fault
     (``"wrong"``, ``"raise"``) in its scheduler processes; ``results`` is empty when the process failed."""
     root = tmp_path_factory.mktemp("sglang-runs")
     count = [0]
@@ -81,12 +76,12 @@ def run_engines(
         spec.write_text(
             json.dumps({"model_dir": str(model_dir), "model_type": model_type, "modes": list(modes)})
         )
-        env = {**os.environ, **_sglang_engine.ENV, "SGLANG_CACHE_DIR": str(root / "cache")}
+        env = {**os.environ, **sglang_engine.ENV, "SGLANG_CACHE_DIR": str(root / "cache")}
         env.pop(FAULT_VAR, None)
         if fault is not None:
             env[FAULT_VAR] = fault
         done = subprocess.run(
-            [sys.executable, str(HERE / "_sglang_engine.py"), str(spec)],
+            [sys.executable, sglang_engine.__file__, str(spec)],
             env=env,
             capture_output=True,
             text=True,
@@ -95,8 +90,8 @@ def run_engines(
         output = done.stdout + done.stderr
         results: list[dict[str, Any]] = []
         for line in done.stdout.splitlines():
-            if line.startswith(_sglang_engine.RESULT_MARKER):
-                results = json.loads(line[len(_sglang_engine.RESULT_MARKER) :])
+            if line.startswith(sglang_engine.RESULT_MARKER):
+                results = json.loads(line[len(sglang_engine.RESULT_MARKER) :])
         return done.returncode, output, results
 
     return run

@@ -5,7 +5,7 @@ settings, quiet vLLM, and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so that in-proces
 the engine core and the worker in this process (patches applied here reach the model runner).
 ``MROPE_VLLM`` is removed from this process's environment: in-process tests switch the plugin
 with ``enable()`` / ``disable()``; subprocess runs pass it explicitly
-(``_harness.run_subprocess(..., env=...)``).
+(``harness.run_subprocess(..., env=...)``).
 
 Fixtures (session scope): ``vllm_env`` (the settings applied), ``checkpoint`` (a factory:
 family -> checkpoint folder, built once), ``qwen2_5_vl_dir``, ``qwen3_vl_dir``, ``glm4v_dir``,
@@ -20,24 +20,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+from support import checkpoints
+from support import vllm_harness as harness
 
-import _checkpoints  # noqa: E402
-import _harness  # noqa: E402
-
-VLLM_ENV = {**_harness.BASE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+VLLM_ENV = {**harness.BASE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 if HAVE_VLLM:
-    for _key, _value in _harness.BASE_ENV.items():
+    for _key, _value in harness.BASE_ENV.items():
         os.environ.setdefault(_key, _value)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.pop("MROPE_VLLM", None)
@@ -72,13 +67,13 @@ def vllm_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``checkpoint(family) -> Path``: the tiny checkpoint of ``family`` (one of
-    ``_checkpoints.FAMILIES``), built on first use in a session temporary folder."""
+    ``checkpoints.FAMILIES``), built on first use in a session temporary folder."""
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("vllm-checkpoints")
 
     def get(family: str) -> Path:
         if family not in built:
-            built[family] = _checkpoints.build(family, root / family, seed=0)
+            built[family] = checkpoints.build(family, root / family, seed=0)
         return built[family]
 
     return get
@@ -87,8 +82,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path
 @pytest.fixture(scope="session")
 def vllm_model_info() -> list[str]:
     """Fill vLLM's model-info cache for the three architectures in this process (see
-    ``_harness.warm_model_info_cache``); returns the architectures inspected."""
-    return _harness.warm_model_info_cache()
+    ``harness.warm_model_info_cache``); returns the architectures inspected."""
+    return harness.warm_model_info_cache()
 
 
 @pytest.fixture(scope="session")
@@ -111,5 +106,5 @@ def model_dir(
     request: pytest.FixtureRequest, checkpoint: Callable[[str], Path], vllm_model_info: list[str]
 ) -> Path:
     """The checkpoint named by indirect parametrization, e.g.
-    ``@pytest.mark.parametrize("model_dir", _checkpoints.FAMILIES, indirect=True)``."""
+    ``@pytest.mark.parametrize("model_dir", checkpoints.FAMILIES, indirect=True)``."""
     return checkpoint(request.param)

@@ -2,7 +2,7 @@
 GLM-4.1V checkpoints, greedy tokens with and without the plugin.
 
 Every run has chunked prefill ending inside images and videos, prefix-cache hits and preemption
-(:mod:`_harness`), images of several sizes, videos whose scaled time reaches past their spatial
+(:mod:`support.vllm_harness`), images of several sizes, videos whose scaled time reaches past their spatial
 extent and a text-only prompt. Negative controls: the same runs with deliberately wrong positions
 must change the tokens (so equal tokens mean something), and check mode must catch a wrong mrope.
 """
@@ -12,25 +12,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import _checkpoints
-import _harness
 import pytest
 
 import mrope
 from mrope.integrations import vllm as plugin
+from support import checkpoints
+from support import vllm_harness as harness
 
 
 def _vision_changed(base: list[list[int]], other: list[list[int]], prompts: list[dict]) -> int:
     """How many vision prompts got other tokens."""
-    return sum(a != b for a, b, p in zip(base, other, prompts, strict=True) if _harness.has_vision(p))
+    return sum(a != b for a, b, p in zip(base, other, prompts, strict=True) if harness.has_vision(p))
 
 
-@pytest.mark.parametrize("model_dir", _checkpoints.FAMILIES, indirect=True)
+@pytest.mark.parametrize("model_dir", checkpoints.FAMILIES, indirect=True)
 def test_tokens_equal_vllm_in_process(model_dir: Path, plugin_off: None) -> None:
     """vLLM's own path, check mode and the plugin give the same greedy tokens; the plugin served
     every request and step (no fallback); wrong positions change them."""
-    prompts = _harness.prompt_list(_harness.family_of(model_dir))
-    with _harness.Engine(model_dir) as engine:
+    prompts = harness.prompt_list(harness.family_of(model_dir))
+    with harness.Engine(model_dir) as engine:
         expected = engine.generate(prompts)
         assert engine.last.preemptions > 0, "the run must preempt requests"
 
@@ -48,7 +48,7 @@ def test_tokens_equal_vllm_in_process(model_dir: Path, plugin_off: None) -> None
         assert served["steps"] > 0 and served["checked_steps"] == 0
         assert served["fallback_requests"] == served["fallback_steps"] == 0
 
-        with _harness.wrong_positions() as wrong:  # negative control, through the plugin's step
+        with harness.wrong_positions() as wrong:  # negative control, through the plugin's step
             corrupted = engine.generate(prompts)
         assert wrong.changed > 0
         assert _vision_changed(expected, corrupted, prompts) > 0
@@ -72,9 +72,9 @@ def test_check_mode_names_the_first_wrong_column(
         return num
 
     monkeypatch.setattr(mrope.PositionTable, "fill", wrong_fill)
-    prompts = _harness.prompt_list("qwen2_5_vl", ["image"])
+    prompts = harness.prompt_list("qwen2_5_vl", ["image"])
     plugin.enable("check")
-    with _harness.Engine(qwen2_5_vl_dir) as engine, pytest.raises(Exception) as caught:
+    with harness.Engine(qwen2_5_vl_dir) as engine, pytest.raises(Exception) as caught:
         engine.generate(prompts)
     chain = [caught.value, *_causes(caught.value)]
     assert any(
@@ -92,10 +92,10 @@ def test_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_off:
     """``MROPE_VLLM=1``: vLLM loads the plugin in its engine-core process by itself (default
     multiprocessing); the tokens equal vLLM's, the plugin's counters there show it served the run.
     Without the variable, the plugin stays off."""
-    prompts = _harness.prompt_list("qwen2_5_vl")
-    with _harness.Engine(qwen2_5_vl_dir) as engine:
+    prompts = harness.prompt_list("qwen2_5_vl")
+    with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
-    served = _harness.run_subprocess_full(qwen2_5_vl_dir, prompts, env={"MROPE_VLLM": "1"})
+    served = harness.run_subprocess_full(qwen2_5_vl_dir, prompts, env={"MROPE_VLLM": "1"})
     assert served.tokens == expected
     assert served.preemptions > 0
     (worker,) = served.workers
@@ -103,15 +103,15 @@ def test_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_off:
     assert worker["mrope_stats"]["steps"] > 0
     assert worker["mrope_stats"]["fallback_steps"] == 0
 
-    off = _harness.run_subprocess_full(qwen2_5_vl_dir, prompts[:2], env={"MROPE_VLLM": None})
+    off = harness.run_subprocess_full(qwen2_5_vl_dir, prompts[:2], env={"MROPE_VLLM": None})
     assert off.workers[0]["mrope_stats"]["steps"] == 0
 
 
 def test_unknown_model_falls_back_to_vllm(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
     """A model mrope does not serve: vLLM's own path computes every position (counted, logged),
     the tokens are vLLM's."""
-    prompts = _harness.prompt_list("qwen2_5_vl", ["image", "text"])
-    with _harness.Engine(qwen2_5_vl_dir) as engine:
+    prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
+    with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
         monkeypatch.setattr(
             plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend unsupported"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import _harness
 import pytest
 
 from mrope.integrations import vllm as plugin
+from support import vllm_harness as harness
 
 # before step k: the plugin's mode (None: off); a switch every few steps, while requests run
 SWITCHES = {2: "mrope", 5: "check", 8: "mrope", 11: None, 14: "mrope", 17: "check"}
@@ -31,12 +31,12 @@ def _run(
 ) -> tuple[list[list[int]], list[list[int]], dict]:
     """vLLM's own tokens (plugin off), then a stepwise run with the switches (the plugin enabled
     before the engine starts with ``on_at_start``, as a V2 runner needs), and the counters of that run."""
-    prompts = _harness.prompt_list(_harness.family_of(model_dir))
-    with _harness.Engine(model_dir, runner=runner) as engine:
+    prompts = harness.prompt_list(harness.family_of(model_dir))
+    with harness.Engine(model_dir, runner=runner) as engine:
         expected = engine.generate(prompts)
     if on_at_start:
         plugin.enable()
-    with _harness.Engine(model_dir, runner=runner) as engine:
+    with harness.Engine(model_dir, runner=runner) as engine:
         plugin.reset_stats()
         got = engine.generate_stepwise(prompts, {k: _switch(m) for k, m in switches.items()})
         stats = plugin.stats()

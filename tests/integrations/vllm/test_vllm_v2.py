@@ -4,7 +4,7 @@ environment's start-up hook gives Triton a ``"cpu"`` backend), on the tiny Qwen2
 GLM-4.1V checkpoints.
 
 Every run has chunked prefill ending inside images and videos, prefix-cache hits and preemption
-(:mod:`_harness`), videos whose scaled time passes their spatial extent and a text-only prompt.
+(:mod:`support.vllm_harness`), videos whose scaled time passes their spatial extent and a text-only prompt.
 Negative controls: wrong positions change the tokens; check mode catches a wrong mrope step.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import _checkpoints
-import _harness
 import pytest
 
 import mrope
 from mrope.integrations import _vllm_v2
 from mrope.integrations import vllm as plugin
+from support import checkpoints
+from support import vllm_harness as harness
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -28,25 +28,25 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
         yield error
 
 
-def _v2_worker(engine: _harness.Engine) -> dict:
+def _v2_worker(engine: harness.Engine) -> dict:
     (worker,) = engine.worker_info()
     assert worker["v2"], worker  # vLLM chose Model Runner V2 by its own defaults
     return worker
 
 
-@pytest.mark.parametrize("model_dir", _checkpoints.FAMILIES, indirect=True)
+@pytest.mark.parametrize("model_dir", checkpoints.FAMILIES, indirect=True)
 def test_v2_tokens_equal_vllm(model_dir: Path, plugin_off: None) -> None:
     """vLLM's own V2 path, check mode and mrope give the same greedy tokens; mrope's state replaced
     vLLM's per-token buffer and served every request and step; wrong positions change the tokens;
     after disable() the runner goes on with vLLM's own state and the same tokens."""
-    prompts = _harness.prompt_list(_harness.family_of(model_dir))
-    with _harness.Engine(model_dir, runner="default") as engine:
+    prompts = harness.prompt_list(harness.family_of(model_dir))
+    with harness.Engine(model_dir, runner="default") as engine:
         assert _v2_worker(engine)["rope_state"] == "RopeState"
         expected = engine.generate(prompts)
         assert engine.last.preemptions > 0, "the run must preempt requests"
 
     plugin.enable("check")
-    with _harness.Engine(model_dir, runner="default") as engine:
+    with harness.Engine(model_dir, runner="default") as engine:
         worker = _v2_worker(engine)
         assert worker["rope_state"] == "TableRopeState"
         assert not worker["rope_state_has_prefill_positions"]
@@ -65,11 +65,11 @@ def test_v2_tokens_equal_vllm(model_dir: Path, plugin_off: None) -> None:
         assert served["steps"] > 0 and served["checked_steps"] == 0
         assert served["fallback_requests"] == served["fallback_steps"] == served["fallback_runners"] == 0
 
-        with _harness.wrong_v2_positions() as wrong:  # negative control, through mrope's step
+        with harness.wrong_v2_positions() as wrong:  # negative control, through mrope's step
             corrupted = engine.generate(prompts)
         assert wrong.changed > 0
         pairs = zip(expected, corrupted, prompts, strict=True)
-        assert any(a != b for a, b, p in pairs if _harness.has_vision(p))
+        assert any(a != b for a, b, p in pairs if harness.has_vision(p))
 
         plugin.disable()  # the runner hands over to vLLM's RopeState, live requests included
         plugin.reset_stats()
@@ -90,8 +90,8 @@ def test_v2_check_mode_names_the_wrong_column(
 
     monkeypatch.setattr(mrope.PositionTable, "fill_ragged", wrong_fill_ragged)
     plugin.enable("check")
-    prompts = _harness.prompt_list("qwen2_5_vl", ["image"])
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine, pytest.raises(Exception) as caught:
+    prompts = harness.prompt_list("qwen2_5_vl", ["image"])
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine, pytest.raises(Exception) as caught:
         engine.generate(prompts)
     assert any(
         isinstance(e, mrope.MRopeError) and "check: request '" in str(e) and "step 1: column 0" in str(e)
@@ -102,12 +102,12 @@ def test_v2_check_mode_names_the_wrong_column(
 def test_v2_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_off: None) -> None:
     """``MROPE_VLLM=1`` under vLLM's default multiprocessing and runner choice: the engine-core
     process serves V2 from mrope's state, with vLLM's tokens; ``MROPE_VLLM=check`` compares every step."""
-    prompts = _harness.prompt_list("qwen2_5_vl")
-    with _harness.Engine(qwen2_5_vl_dir, runner="default") as engine:
+    prompts = harness.prompt_list("qwen2_5_vl")
+    with harness.Engine(qwen2_5_vl_dir, runner="default") as engine:
         expected = engine.generate(prompts)
     for mode in ("1", "check"):
         env = {"MROPE_VLLM": mode}
-        served = _harness.run_subprocess_full(qwen2_5_vl_dir, prompts, env=env, runner="default")
+        served = harness.run_subprocess_full(qwen2_5_vl_dir, prompts, env=env, runner="default")
         assert served.tokens == expected, mode
         assert served.preemptions > 0
         (worker,) = served.workers
@@ -120,12 +120,12 @@ def test_v2_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_o
 def test_v2_unknown_model_keeps_vllm_state(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
     """A model mrope does not serve: vLLM's own ``RopeState`` is built (logged, counted), the tokens
     are vLLM's."""
-    prompts = _harness.prompt_list("qwen2_5_vl", ["image", "text"])
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+    prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
     monkeypatch.setattr(plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend")
     plugin.enable()
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert _v2_worker(engine)["rope_state"] == "RopeState"
         assert engine.generate(prompts) == expected
     stats = plugin.stats()
@@ -136,8 +136,8 @@ def test_v2_refused_request_and_hand_over(qwen2_5_vl_dir: Path, plugin_off: None
     """A request whose inputs mrope refuses (a plain exception, not only MRopeError) is served from
     vLLM's positions in the table; when the table cannot hold those either, the runner hands every
     live request over to vLLM's own state. The tokens stay vLLM's; nothing fails the engine."""
-    prompts = _harness.prompt_list("qwen2_5_vl")
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+    prompts = harness.prompt_list("qwen2_5_vl")
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
 
     inputs = _vllm_v2.admission_inputs
@@ -149,7 +149,7 @@ def test_v2_refused_request_and_hand_over(qwen2_5_vl_dir: Path, plugin_off: None
 
     monkeypatch.setattr(_vllm_v2, "admission_inputs", refuse_videos)
     plugin.enable()
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert engine.generate(prompts) == expected
         stats = plugin.stats()
         videos = sum("video" in p.get("multi_modal_data", {}) for p in prompts)
@@ -173,9 +173,9 @@ def test_v2_state_holds_no_per_token_buffer(qwen2_5_vl_dir: Path, plugin_off: No
     from vllm.v1.worker.gpu.model_states import default
 
     plugin.enable()
-    with _harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
-        engine.generate(_harness.prompt_list("qwen2_5_vl", ["image", "video"]))
-        runner = _harness.in_process_runner(engine)
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        engine.generate(harness.prompt_list("qwen2_5_vl", ["image", "video"]))
+        runner = harness.in_process_runner(engine)
         state = runner.model_state.rope_state
         assert isinstance(state, _vllm_v2.TableRopeState)
         assert not hasattr(state, "prefill_positions") and state.vllm is None

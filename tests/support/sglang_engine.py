@@ -1,6 +1,6 @@
 """SGLang's offline engine on a tiny checkpoint, run in a subprocess: tokens and mrope's counters as JSON.
 
-``python _sglang_engine.py SPEC.json`` runs, one after another in that process, the engines the spec lists
+``python sglang_engine.py SPEC.json`` runs, one after another in that process, the engines the spec lists
 (each a ``mode``: ``"0"`` SGLang alone, ``"1"`` mrope, ``"check"``) on the same prompts, two rounds per
 engine (the second after the first finished: its requests reuse the first's slots and hit the radix
 cache through an image), and prints one line ``RESULT {json}``. A scheduler that raises (check mode's
