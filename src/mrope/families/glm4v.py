@@ -8,7 +8,8 @@ import numpy as np
 
 from .._errors import MRopeError
 from ..core import BlockRow, Blocks, ItemBlocks
-from ._base import Family, as_ids, split_frames
+from ._base import Family, as_ids
+from ._offsets import check_video_offsets, frames_at, items_at, merge_items, split_frames
 from .inputs import RequestInputs
 
 
@@ -80,13 +81,19 @@ class Glm4V(Family):
         if image_offsets is None and video_offsets is None:
             return super().prompt_blocks(inputs)
         if image_offsets is not None and video_offsets is not None and not video_offsets:
-            images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
-            return self.merge_items([images_at], image_offsets, video_offsets)
+            images_at = items_at(
+                ids, self.image_token_id, images, image_offsets, self.spatial_merge_size, what="image"
+            )
+            return merge_items([images_at], image_offsets, video_offsets)
         if image_offsets is not None and inputs.frame_offsets is not None:  # nothing to find: no scan
-            images_at = self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
-            frames = self.frames_at(ids, self.image_token_id, videos, inputs.frame_offsets)
-            self.check_video_offsets(frames, videos, video_offsets)
-            return self.merge_items([images_at, frames], image_offsets, video_offsets)
+            images_at = items_at(
+                ids, self.image_token_id, images, image_offsets, self.spatial_merge_size, what="image"
+            )
+            frames = frames_at(
+                ids, self.image_token_id, videos, inputs.frame_offsets, self.spatial_merge_size
+            )
+            check_video_offsets(frames, videos, video_offsets)
+            return merge_items([images_at, frames], image_offsets, video_offsets)
         rows = np.array([0, len(ids)], dtype=np.int64)
         image_blocks, frame_blocks = self.image_and_frame_blocks(
             as_ids(ids), rows[:1], rows[1:], images, videos
@@ -101,5 +108,5 @@ class Glm4V(Family):
                     f"image_offsets[{bad}] = {image_offsets[bad]}"
                 )
         if video_offsets is not None:
-            self.check_video_offsets(frame_blocks, videos, video_offsets)
+            check_video_offsets(frame_blocks, videos, video_offsets)
         return Blocks.concat([image_blocks, frame_blocks])

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..core import Blocks, ItemBlocks, SegmentBuilder, blocks_from_rows
 from ._base import Family
+from ._offsets import items_at, merge_items
 from .inputs import RequestInputs
 from .one_frame import ImagesOnly
 
@@ -50,10 +51,15 @@ class Isaac(ImagesOnly, Family):
         :class:`ImagesOnly`)."""
         if inputs.image_offsets is None:
             return self.parse(inputs)
-        found = self.items_at(
-            inputs.ids, self.image_token_id, inputs.images, inputs.image_offsets, what="image"
+        found = items_at(
+            inputs.ids,
+            self.image_token_id,
+            inputs.images,
+            inputs.image_offsets,
+            self.spatial_merge_size,
+            what="image",
         )
-        rows = self.merge_items([found], inputs.image_offsets, None)
+        rows = merge_items([found], inputs.image_offsets, None)
         return self.items(rows if isinstance(rows, Blocks) else blocks_from_rows(rows), np.zeros(1, np.int64))
 
     def items(self, blocks: Blocks, row_starts: np.ndarray) -> ItemBlocks:

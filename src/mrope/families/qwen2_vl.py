@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
+from ._offsets import find_offsets, items_at, merge_items
 from .inputs import RequestInputs, Seconds, SplitItems
 
 
@@ -55,13 +56,7 @@ class Qwen2VL(Family):
         image_offsets, video_offsets = inputs.image_offsets, inputs.video_offsets
         image_part = self.prompt_image_blocks(ids, images, image_offsets)
         video_part = self.prompt_video_blocks(ids, videos, seconds, video_offsets, inputs.frame_offsets)
-        if (
-            isinstance(image_part, list)
-            and isinstance(video_part, list)
-            and len(image_part) + len(video_part) < 2
-        ):
-            return image_part or video_part  # one item or none: nothing to order or to overlap
-        return self.merge_items([image_part, video_part], image_offsets, video_offsets)
+        return merge_items([image_part, video_part], image_offsets, video_offsets)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,7 +80,9 @@ class Qwen2VL(Family):
         if videos:
             self.check_seconds(seconds, frames)
         rows = (
-            self.items_at(ids, self.image_token_id, images, items.image_offsets, what="image")
+            items_at(
+                ids, self.image_token_id, images, items.image_offsets, self.spatial_merge_size, what="image"
+            )
             if images
             else []
         )
@@ -99,18 +96,17 @@ class Qwen2VL(Family):
                     self._item_steps.clear()
                 self._item_steps[key] = steps
             interval, rounding = steps
-            rows += self.items_at(
+            rows += items_at(
                 ids,
                 self.video_token_id,
                 videos,
                 items.video_offsets,
+                self.spatial_merge_size,
                 what="video",
                 interval=interval,
                 rounding=rounding,
             )
-        if len(rows) < 2:  # one item or none: nothing to order or to overlap
-            return rows
-        return self.merge_items([rows], items.image_offsets, items.video_offsets)
+        return merge_items([rows], items.image_offsets, items.video_offsets)
 
     def prompt_image_blocks(
         self, ids: Any, images: np.ndarray, image_offsets: list[int] | None
@@ -118,7 +114,7 @@ class Qwen2VL(Family):
         """One prompt's image blocks: at ``image_offsets``, or found in ``ids`` (a scan for the offsets
         when the images are few, else the vectorized parse)."""
         if image_offsets is None:
-            image_offsets = self.find_offsets(as_ids(ids), self.image_token_id, images)
+            image_offsets = find_offsets(as_ids(ids), self.image_token_id, images, self.spatial_merge_size)
             if image_offsets is None:
                 rows = np.array([0, len(ids)], dtype=np.int64)
                 return self.token_blocks(
@@ -126,7 +122,9 @@ class Qwen2VL(Family):
                 )
         if not image_offsets:
             return []
-        return self.items_at(ids, self.image_token_id, images, image_offsets, what="image")
+        return items_at(
+            ids, self.image_token_id, images, image_offsets, self.spatial_merge_size, what="image"
+        )
 
     def prompt_video_blocks(
         self,
@@ -140,14 +138,21 @@ class Qwen2VL(Family):
         (``frame_offsets`` is for frame families: None here)."""
         grids, interval, rounding = self.video_items(videos, seconds)
         if video_offsets is None:
-            video_offsets = self.find_offsets(as_ids(ids), self.video_token_id, grids)
+            video_offsets = find_offsets(as_ids(ids), self.video_token_id, grids, self.spatial_merge_size)
             if video_offsets is None:
                 rows = np.array([0, len(ids)], dtype=np.int64)
                 return self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
         if not video_offsets:
             return []
-        return self.items_at(
-            ids, self.video_token_id, grids, video_offsets, what="video", interval=interval, rounding=rounding
+        return items_at(
+            ids,
+            self.video_token_id,
+            grids,
+            video_offsets,
+            self.spatial_merge_size,
+            what="video",
+            interval=interval,
+            rounding=rounding,
         )
 
     def video_blocks(

@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core import BlockRow, Blocks
-from ._base import as_ids, split_frames
+from ._base import as_ids
+from ._offsets import check_video_offsets, frames_at, split_frames
 from .inputs import Seconds
 from .qwen2_vl import Qwen2VL
 
@@ -46,10 +47,10 @@ class Qwen3VL(Qwen2VL):
         if video_offsets is not None and not video_offsets:
             return []
         if frame_offsets is not None:
-            frames = self.frames_at(ids, self.video_token_id, videos, frame_offsets)
+            frames = frames_at(ids, self.video_token_id, videos, frame_offsets, self.spatial_merge_size)
         else:
             rows = np.array([0, len(ids)], dtype=np.int64)
             frames = self.video_blocks(as_ids(ids), videos, seconds, rows[:1], rows[1:])
         if video_offsets is not None:
-            self.check_video_offsets(frames, videos, video_offsets)
+            check_video_offsets(frames, videos, video_offsets)
         return frames

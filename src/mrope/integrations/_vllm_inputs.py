@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -117,33 +117,82 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
         raise MRopeError(reason)
     if not family.places_items:  # every token in order (MiniCPM-V 4.6, Qwen3-ASR): items give nothing
         return {}
+    return _inputs_of(family, _read_features(family, mm_features))
+
+
+def admission_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
+    """The keyword inputs of :meth:`Family.positions` and :meth:`PositionTable.add` for a vLLM request,
+    in the form that costs the family least: ``items`` (:class:`mrope.families.PromptItem`, read
+    straight from the features, no array built) for a family with a rule on items
+    (:attr:`Family.rule_on_items`) whose videos have one grid row each, else
+    :func:`inputs_from_mm_features`. Raises what :func:`inputs_from_mm_features` raises."""
+    if not family.rule_on_items:
+        return inputs_from_mm_features(family, mm_features)
+    reason = unsupported_reason(family)
+    if reason is not None:
+        raise MRopeError(reason)
+    features = _read_features(family, mm_features)
+    if any(len(feature.grids) != 1 for feature in features):  # a video of several rows: the arrays
+        return _inputs_of(family, features)
+    return {"items": [PromptItem(f.modality, f.offset, f.grids[0], f.seconds) for f in features]}
+
+
+class _Feature(NamedTuple):
+    """One image or video feature's values, read once for either form of the inputs."""
+
+    modality: str  # "image" or "video"
+    offset: int
+    grids: list[list[int]]  # (T, H, W): one, or a video's runs of equal frames (Keye-VL-1.5), in order
+    seconds: float | None  # a video's second_per_grid_ts; None: not given (and for images)
+    position: Any  # vLLM's PlaceholderRange (its is_embed runs locate frames)
+
+
+def _read_features(family: Family, mm_features: Sequence[Any]) -> list[_Feature]:
+    """The request's image and video features in placeholder order; a modality the family has no rule
+    for, a feature without data or without its grid is refused."""
+    features = []
+    for feature, modality, offset, data in _in_order(mm_features):
+        seconds = None
+        if modality == "image":
+            grids = [_grid(data.get("image_grid_thw"), "image_grid_thw", offset)]
+        elif modality == "video":
+            elem = data.get("video_grid_thw")
+            if elem is None or getattr(elem.data, "ndim", 1) == 1:
+                grids = [_grid(elem, "video_grid_thw", offset)]
+            else:  # one row per run of equal frames (Keye-VL-1.5's slow and fast frames)
+                name = f"the feature at offset {offset}'s video_grid_thw"
+                grids = to_grid_array(elem.data, name=name).tolist()
+            given = data.get("second_per_grid_ts")
+            seconds = None if given is None else float(given.data)
+        else:
+            raise MRopeError(
+                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
+            )
+        features.append(_Feature(modality, offset, grids, seconds, feature.mm_position))
+    return features
+
+
+def _inputs_of(family: Family, features: list[_Feature]) -> dict[str, Any]:
+    """:func:`inputs_from_mm_features`' arrays and offsets of the features."""
     images: list[list[int]] = []
     videos: list[list[int]] = []
     seconds: list[float] = []
     image_offsets: list[int] = []
     video_offsets: list[int] = []
     video_ranges: list[Any] = []
-    for feature, modality, offset, data in _in_order(mm_features):
-        if modality == "image":
-            images.append(_grid(data.get("image_grid_thw"), "image_grid_thw", offset))
-            image_offsets.append(offset)
-        elif modality == "video":
-            elem = data.get("video_grid_thw")
-            rows = None if elem is None or getattr(elem.data, "ndim", 1) == 1 else elem.data
-            if rows is None:
-                videos.append(_grid(elem, "video_grid_thw", offset))
-                video_offsets.append(offset)
-            else:  # one row per run of equal frames (Keye-VL-1.5's slow and fast frames)
-                grids = to_grid_array(rows, name=f"the feature at offset {offset}'s video_grid_thw")
-                videos += grids.tolist()
-                video_offsets += row_offsets(feature.mm_position, grids, family.spatial_merge_size)
-            video_ranges.append(feature.mm_position)
-            elem = data.get("second_per_grid_ts")
-            seconds += [1.0 if elem is None else float(elem.data)] * (1 if rows is None else len(rows))
+    for feature in features:
+        if feature.modality == "image":
+            images += feature.grids
+            image_offsets.append(feature.offset)
+            continue
+        videos += feature.grids
+        if len(feature.grids) == 1:
+            video_offsets.append(feature.offset)
         else:
-            raise MRopeError(
-                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
-            )
+            grids = np.array(feature.grids, dtype=np.int64)
+            video_offsets += row_offsets(feature.position, grids, family.spatial_merge_size)
+        video_ranges.append(feature.position)
+        seconds += [1.0 if feature.seconds is None else feature.seconds] * len(feature.grids)
     inputs: dict[str, Any] = {
         "image_grid_thw": np.array(images, dtype=np.int64) if images else None,
         "video_grid_thw": np.array(videos, dtype=np.int64) if videos else None,
@@ -165,37 +214,6 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
             f"{family.model_type} does not scale video time"
         )
     return inputs
-
-
-def admission_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
-    """The keyword inputs of :meth:`Family.positions` and :meth:`PositionTable.add` for a vLLM request,
-    in the form that costs the family least: ``items`` (:class:`mrope.families.PromptItem`, read
-    straight from the features, no array built) for a family with a rule on items
-    (:attr:`Family.rule_on_items`), else :func:`inputs_from_mm_features`. Raises what
-    :func:`inputs_from_mm_features` raises."""
-    if not family.rule_on_items:
-        return inputs_from_mm_features(family, mm_features)
-    reason = unsupported_reason(family)
-    if reason is not None:
-        raise MRopeError(reason)
-    items = []
-    for _, modality, offset, data in _in_order(mm_features):
-        if modality == "image":
-            items.append(
-                PromptItem("image", offset, _grid(data.get("image_grid_thw"), "image_grid_thw", offset))
-            )
-        elif modality == "video":
-            elem = data.get("video_grid_thw")
-            if elem is not None and getattr(elem.data, "ndim", 1) != 1:  # several rows: the array path
-                return inputs_from_mm_features(family, mm_features)
-            seconds = data.get("second_per_grid_ts")
-            grid = _grid(elem, "video_grid_thw", offset)
-            items.append(PromptItem("video", offset, grid, None if seconds is None else float(seconds.data)))
-        else:
-            raise MRopeError(
-                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
-            )
-    return {"items": items}
 
 
 def frame_offsets(ranges: Sequence[Any], num_frames: int) -> np.ndarray | None:

@@ -1,0 +1,186 @@
+"""Items at given offsets in one prompt: where a few items' placeholders start (found by a scan, or as an
+engine recorded them), their blocks checked at those offsets, and the items of several modalities in
+stream order. The families' one-prompt paths call these; each states only its own rule."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
+from ..core.blocks import FEW_ITEMS, locate_few
+
+_UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
+
+
+def find_offsets(ids: np.ndarray, token_id: int, grids: np.ndarray, merge: int) -> list[int] | None:
+    """Where each of a few items' placeholders (``token_id``) start in one prompt, found by a scan:
+    the offsets :func:`items_at` takes. None when the items are many or do not fit the placeholders
+    (the vectorized :meth:`Family.token_blocks` then serves, or names the bad item)."""
+    if len(grids) > FEW_ITEMS:
+        return None
+    placeholder = np.flatnonzero(ids == token_id)
+    if not len(grids):
+        return [] if not placeholder.size else None
+    return locate_few(placeholder, [t * (h // merge) * (w // merge) for t, h, w in grids.tolist()])
+
+
+def items_at(
+    ids: Any,
+    token_id: int,
+    grids: np.ndarray | list[list[int]],
+    offsets: list[int],
+    merge: int,
+    *,
+    what: str,
+    interval: np.ndarray | float = 1.0,
+    rounding: int = 0,
+) -> list[BlockRow]:
+    """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`):
+    item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
+    which the first and last must be ``token_id``. One Python step per item; the prompt is not
+    scanned."""
+    length = len(ids)
+    steps = interval if isinstance(interval, np.ndarray) else None
+    rows = []
+    grid_list = grids if type(grids) is list else grids.tolist()
+    for i, start in enumerate(offsets):
+        t, h, w = grid_list[i]
+        height, width = h // merge, w // merge
+        end = start + t * height * width
+        if start < 0 or end > length:
+            raise MRopeError(
+                f"{what} {i} ({what}_grid_thw[{i}] = {(t, h, w)}): {what}_offsets[{i}] = {start} puts "
+                f"its {end - start} placeholder tokens at [{start}, {end}), outside the prompt of "
+                f"{length} tokens"
+            )
+        first, last = ids[start], ids[end - 1]
+        if first != token_id or last != token_id:
+            raise MRopeError(
+                f"{what} {i} ({what}_grid_thw[{i}] = {(t, h, w)}): {what}_offsets[{i}] = {start} puts "
+                f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
+                f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
+            )
+        rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i], rounding))
+    return rows
+
+
+def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:
+    """Frame blocks (T = 1 each) of videos whose frames' placeholders start at ``offsets`` (checked
+    by :meth:`Family.check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
+    which the first and last must be ``token_id``; frames in order, not overlapping. O(frames) in C:
+    the prompt is not scanned (a list is read at these indices only)."""
+    grids, frame_of = split_frames(videos)
+    height, width = grids[:, 1] // merge, grids[:, 2] // merge
+    num_tokens = height * width
+    ends = offsets + num_tokens
+    length = len(ids)
+    bad = (offsets < 0) | (ends > length)
+    bad[1:] |= offsets[1:] < ends[:-1]
+    if not bad.any() and offsets.size:
+        bad = (_take(ids, offsets) != token_id) | (_take(ids, ends - 1) != token_id)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        video, frame = (int(v) for v in frame_of[k])
+        start, end = int(offsets[k]), int(ends[k])
+        grid = tuple(videos[video].tolist())
+        raise MRopeError(
+            f"frame {frame} of video {video} (video_grid_thw[{video}] = {grid}): frame_offsets[{k}] = "
+            f"{start} puts its {end - start} placeholder tokens at [{start}, {end}), which is outside "
+            f"the prompt of {length} tokens, overlaps the frame before it, or does not start and end "
+            f"with the frame token {token_id}"
+        )
+    ones = np.ones(offsets.shape, dtype=np.int64)
+    return Blocks(offsets, ones, height, width, ones.astype(np.float32), num_tokens)
+
+
+def merge_items(
+    parts: list[Blocks | list[BlockRow]], image_offsets: Any, video_offsets: Any
+) -> Blocks | list[BlockRow]:
+    """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets) in stream
+    order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
+    overlap (only items at given offsets can)."""
+    rows: list[BlockRow] = []
+    many = False
+    for part in parts:
+        if isinstance(part, list):
+            rows += part
+        elif part.start.size > FEW_BLOCKS:
+            many = True
+        elif part.start.size:
+            rows += block_rows(part)
+    if not many and len(rows) <= FEW_BLOCKS:
+        if len(rows) > 1:
+            rows.sort(key=_start_of)
+            end = -1
+            for start, frames, height, width, _, _ in rows:
+                if start < end:
+                    _overlap(start, image_offsets, video_offsets)
+                end = start + frames * height * width
+        return rows
+    blocks = Blocks.concat([p if isinstance(p, Blocks) else blocks_from_rows(p) for p in parts])
+    bad = np.flatnonzero(blocks.start[1:] < (blocks.start + blocks.num_tokens)[:-1])
+    if bad.size:
+        _overlap(int(blocks.start[bad[0] + 1]), image_offsets, video_offsets)
+    return blocks
+
+
+def _overlap(start: int, image_offsets: Any, video_offsets: Any) -> None:
+    """Raise for the item at ``start``, which begins inside the item before it."""
+    for what, offsets in (("image", image_offsets), ("video", video_offsets)):
+        if offsets is not None and start in offsets:
+            i = offsets.index(start)
+            raise MRopeError(
+                f"{what} {i} ({what}_offsets[{i}] = {start}) starts inside the item before it: items "
+                "must not overlap"
+            )
+    raise MRopeError(f"the placeholders found at {start} lie inside an item given by its offset")
+
+
+def check_video_offsets(frames: Blocks, videos: np.ndarray, offsets: list[int]) -> None:
+    """For families that split videos into frames found in the prompt: video ``i``'s frames lie at or
+    after ``offsets[i]`` and end at or before ``offsets[i + 1]``."""
+    if not offsets:
+        return
+    count = videos[:, 0]
+    last = np.cumsum(count) - 1
+    first = (last - count + 1).tolist()
+    starts = frames.start[first].tolist()
+    ends = (frames.start[last] + frames.num_tokens[last]).tolist()
+    for i, (offset, start) in enumerate(zip(offsets, starts, strict=True)):
+        after = offsets[i + 1] if i + 1 < len(offsets) else None
+        if start < offset or (after is not None and ends[i] > after):
+            grid = tuple(int(g) for g in videos[i])
+            raise MRopeError(
+                f"video {i} (video_grid_thw[{i}] = {grid}): its frames were found at "
+                f"[{start}, {ends[i]}), outside [video_offsets[{i}] = {offset}, "
+                + (f"video_offsets[{i + 1}] = {after})" if after is not None else "the prompt's end)")
+            )
+
+
+def _start_of(row: BlockRow) -> int:
+    return row[0]
+
+
+def _take(ids: Any, index: np.ndarray) -> np.ndarray:
+    """``ids`` at ``index`` (int64): a list is read at those indices only (in C), never converted."""
+    if isinstance(ids, np.ndarray):
+        return ids[index]
+    if index.size == 1:
+        return np.array([ids[int(index[0])]], dtype=np.int64)
+    return np.array(itemgetter(*index.tolist())(ids), dtype=np.int64)
+
+
+def split_frames(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each (T, H, W) video as T grids (1, H, W), for families that separate frames with timestamps.
+
+    Returns the split grids (num_frames, 3) and, per frame, (video index, frame index)."""
+    repeats = grids[:, 0]
+    split = np.repeat(grids, repeats, axis=0)
+    split[:, 0] = 1
+    video = np.repeat(np.arange(len(grids)), repeats)
+    frame = np.arange(len(split)) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+    return split, np.stack([video, frame], axis=1)
