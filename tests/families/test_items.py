@@ -227,3 +227,40 @@ def test_seconds_to_a_family_that_does_not_scale_time():
     (video,) = items_of(family, prompt)
     with pytest.raises(MRopeError, match="qwen2_vl does not scale video time"):
         family.positions(prompt.input_ids, items=[video._replace(seconds=0.5)])
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(data=st.data())
+def test_image_items_found_by_a_scan_are_the_processors(name, data):
+    """:func:`find_image_items` (SGLang's prompts: grids, no offsets): the items a processor records, for
+    a family with a rule on items and a prompt of images only; None otherwise (the arrays serve)."""
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=3, max_videos=1), label="prompt")
+    ids = np.array(prompt.input_ids, dtype=np.int64)
+    found = mrope.families.find_image_items(family, ids, [list(g) for g in prompt.image_grid_thw])
+    if not family.rule_on_items or prompt.video_grid_thw or not prompt.image_grid_thw:
+        assert found is None
+        return
+    assert found == items_of(family, prompt), prompt.describe()
+    expected = family.positions(ids, image_grid_thw=prompt.image_grid_thw)
+    positions, delta = family.positions(ids, items=found)
+    np.testing.assert_array_equal(positions, expected[0])
+    assert delta == expected[1]
+
+
+def test_image_items_are_not_found_where_the_placeholders_do_not_fit():
+    family = family_of("qwen2_vl")
+    image, video = family.image_token_id, family.video_token_id
+    grid = [[1, 4, 4]]  # 4 placeholders
+    assert mrope.families.find_image_items(family, np.array([1, image, image, image, image, 2]), grid) == [
+        PromptItem("image", 1, [1, 4, 4])
+    ]
+    for ids in (
+        [1, image, image, image, 2],  # too few
+        [1, image, image, image, image, image],  # too many
+        [1, image, image, 2, image, image],  # not consecutive
+        [1, image, image, image, image, video],  # a video placeholder without its grid
+    ):
+        assert mrope.families.find_image_items(family, np.array(ids), grid) is None, ids
+        with pytest.raises(MRopeError):
+            family.positions(ids, image_grid_thw=grid)  # (what the arrays then say)

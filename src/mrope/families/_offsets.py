@@ -5,18 +5,24 @@ stream order. The families' one-prompt paths call these; each states only its ow
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
 from ..core.blocks import FEW_ITEMS, locate_few
+from .inputs import PromptItem
+
+if TYPE_CHECKING:
+    from ._base import Family
 
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
 
 
-def find_offsets(ids: np.ndarray, token_id: int, grids: np.ndarray, merge: int) -> list[int] | None:
+def find_offsets(
+    ids: np.ndarray, token_id: int, grids: np.ndarray | list[list[int]], merge: int
+) -> list[int] | None:
     """Where each of a few items' placeholders (``token_id``) start in one prompt, found by a scan:
     the offsets :func:`items_at` takes. None when the items are many or do not fit the placeholders
     (the vectorized :meth:`Family.token_blocks` then serves, or names the bad item)."""
@@ -25,7 +31,23 @@ def find_offsets(ids: np.ndarray, token_id: int, grids: np.ndarray, merge: int) 
     placeholder = np.flatnonzero(ids == token_id)
     if not len(grids):
         return [] if not placeholder.size else None
-    return locate_few(placeholder, [t * (h // merge) * (w // merge) for t, h, w in grids.tolist()])
+    rows = grids if type(grids) is list else grids.tolist()
+    return locate_few(placeholder, [t * (h // merge) * (w // merge) for t, h, w in rows])
+
+
+def find_image_items(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[PromptItem] | None:
+    """The images of one prompt without videos as :class:`PromptItem` values (``items=`` of
+    :meth:`Family.positions`), each at the first of its placeholders, found by a scan: for an engine
+    that hands over grids but no offsets (SGLang's ``get_rope_index``), the cheapest input of a family
+    with a rule on items. None where the family has no such rule, the prompt holds a video
+    placeholder, or the images do not fit the placeholders: the grids as arrays then serve (or name
+    what is wrong)."""
+    if not family.rule_on_items or not images or (ids == family.video_token_id).any():
+        return None
+    offsets = find_offsets(ids, family.image_token_id, images, family.spatial_merge_size)
+    if offsets is None:
+        return None
+    return [PromptItem("image", offset, grid) for offset, grid in zip(offsets, images, strict=True)]
 
 
 def items_at(

@@ -46,7 +46,7 @@ from typing import Any
 from .._backends import env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
-from ..families import Family, from_config
+from ..families import Family, find_image_items, from_config
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import RunnerTable, runner_table
 
@@ -312,10 +312,11 @@ def _positions(
     family: Family, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
 ) -> tuple[Any, Any]:
     """mrope's (position_ids (3, B, L), deltas (B, 1)) as SGLang returns them (int64, on the ids' device);
-    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views."""
+    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views, its
+    images as items where the family has a rule on items (:func:`mrope.families.find_image_items`)."""
     import torch
 
-    if input_ids.shape[0] != 1 or input_ids.device.type != "cpu":
+    if input_ids.shape[0] != 1 or not input_ids.is_cpu:
         positions, deltas = mrope_get_rope_index(
             family,
             input_ids,
@@ -324,12 +325,20 @@ def _positions(
             second_per_grid_ts=second_per_grid_ts,
         )
         return positions.to(input_ids.dtype), deltas
-    positions, delta = family.positions(
-        input_ids[0].numpy(),
-        image_grid_thw=_host(image_grid_thw),
-        video_grid_thw=_host(video_grid_thw),
-        second_per_grid_ts=second_per_grid_ts,
-    )
+    ids = input_ids.numpy()[0]
+    items = None
+    if video_grid_thw is None and second_per_grid_ts is None and image_grid_thw is not None:
+        images = image_grid_thw.tolist() if hasattr(image_grid_thw, "tolist") else image_grid_thw
+        items = find_image_items(family, ids, images)
+    if items is not None:
+        positions, delta = family.positions(ids, items=items)
+    else:
+        positions, delta = family.positions(
+            ids,
+            image_grid_thw=_host(image_grid_thw),
+            video_grid_thw=_host(video_grid_thw),
+            second_per_grid_ts=second_per_grid_ts,
+        )
     return torch.from_numpy(positions).to(input_ids.dtype).unsqueeze(1), torch.tensor([[delta]])
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
@@ -73,6 +75,34 @@ def test_get_rope_index_is_sglangs(served: None, model_type: str, name: str) -> 
     assert got[0].dtype == expected[0].dtype and torch.equal(got[0], expected[0]), (model_type, name)
     assert torch.equal(got[1].reshape(-1), expected[1].reshape(-1).to(got[1].dtype))
     assert plugin.stats()["prompts"] == 1 and plugin.stats()["fallback_prompts"] == 0
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl"])
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=1, max_size=3),
+    gaps=st.lists(st.integers(0, 6), min_size=4, max_size=4),
+)
+def test_image_prompts_are_sglangs(model_type: str, sizes: list[tuple[int, int]], gaps: list[int]) -> None:
+    """Prompts of images only (the images found by a scan and placed as items), against SGLang's
+    function: random sizes, text between them (or none)."""
+    from sglang.srt.layers.rotary_embedding import mrope_rope_index
+    from sglang.srt.layers.rotary_embedding.mrope import MRotaryEmbedding
+
+    parts: list[Any] = [[5] * gaps[0]] if gaps[0] else []
+    for (height, width), gap in zip(sizes, gaps[1:], strict=False):
+        parts += [Image(height, width)] + ([[6] * gap] if gap else [])
+    config, inputs = _prompt(model_type, parts)
+    args = _qwen_args(model_type, config)
+    expected = mrope_rope_index.get_rope_index(*args, **{k: v for k, v in inputs.items() if v is not None})
+    plugin.enable("mrope")
+    try:
+        plugin.reset_stats()
+        got = MRotaryEmbedding.get_rope_index(*args, **inputs)
+        assert plugin.stats()["prompts"] == 1 and plugin.stats()["fallback_prompts"] == 0
+    finally:
+        plugin.disable()
+    assert torch.equal(got[0], expected[0]), (model_type, parts)
+    assert torch.equal(got[1].reshape(-1), expected[1].reshape(-1).to(got[1].dtype))
 
 
 @pytest.mark.parametrize("name", ["images", "video", "mixed"])
