@@ -9,7 +9,7 @@ from typing import Any
 from .._errors import MRopeError
 from ..core import Compat
 from ._base import Family
-from ._offsets import find_image_items
+from ._items import find_image_items
 from .bailing_moe_v3_vl import BailingMoeV3VL
 from .cohere_compass import CohereCompass
 from .cosmos3 import Cosmos3

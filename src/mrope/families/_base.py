@@ -31,13 +31,11 @@ from ..core import (
     SegmentTable,
     block_rows,
     build_segments,
-    locate_items,
     place,
     render_all,
     render_one_row,
     segments_one_row,
 )
-from ..core.blocks import empty_blocks
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
@@ -693,72 +691,6 @@ class Family:
                     f"{i}'s last frame (T = {t // temporal}) would get time index "
                     f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {LARGEST_POSITION}"
                 )
-
-    # -- helpers for parsers ------------------------------------------------------------------------
-    def token_blocks(
-        self,
-        ids: np.ndarray,
-        token_id: int,
-        grids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        *,
-        what: str,
-        **options: Any,
-    ) -> Blocks:
-        """:meth:`vision_blocks` of the items whose placeholder is ``token_id`` (grids in
-        ``{what}_grid_thw``); ``options``: ``interval``, ``rounding``, ``frame_of``."""
-        is_placeholder = ids == token_id
-        if grids.shape[0] == 0 and not is_placeholder.any():  # the common "no videos" case: no index array
-            return empty_blocks()
-        placeholders = is_placeholder.nonzero()[0]
-        return self.vision_blocks(
-            placeholders, grids, row_starts, row_lengths, what=what, grid_name=f"{what}_grid_thw", **options
-        )
-
-    def vision_blocks(
-        self,
-        placeholder_index: np.ndarray,
-        grids: np.ndarray,
-        row_starts: np.ndarray,
-        row_lengths: np.ndarray,
-        *,
-        what: str,
-        grid_name: str,
-        interval: np.ndarray | float = 1.0,
-        rounding: int = 0,
-        frame_of: np.ndarray | None = None,
-    ) -> Blocks:
-        """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
-        ``T*H*W / merge**2`` placeholder tokens; frame ``k`` of item ``i`` has time index ``trunc(k *
-        interval[i])``, rounded as ``rounding`` says (:func:`mrope.core.place.temporal_index`).
-        ``frame_of`` (from ``split_frames``) says, for grids split into frames, which video and frame
-        each item is, for error messages."""
-        if grids.shape[0] == 0 and placeholder_index.size == 0:
-            return empty_blocks()
-        merged = grids // self._merge_divisor  # (T, H', W') per item
-        num_tokens = merged.prod(axis=1)
-
-        def describe(i: int) -> str:
-            if frame_of is None:
-                return f"{what} {i} ({grid_name}[{i}] = {tuple(int(g) for g in grids[i])})"
-            video, frame = (int(v) for v in frame_of[i])
-            hw = tuple(int(g) for g in grids[i, 1:])
-            return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {hw})"
-
-        start = locate_items(
-            placeholder_index,
-            num_tokens,
-            row_starts,
-            row_lengths,
-            what=what,
-            grid_name=grid_name,
-            describe=describe,
-        )
-        if not isinstance(interval, np.ndarray):
-            interval = np.full(start.shape, interval, dtype=np.float32)
-        codes = np.full(start.shape, rounding, dtype=np.int8) if rounding else None
-        return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens, codes)
 
 
 def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:

@@ -9,7 +9,7 @@ import numpy as np
 from .._errors import MRopeError
 from ..core import BlockRow, Blocks, ItemBlocks
 from ._base import Family, as_ids
-from ._offsets import check_video_offsets, frames_at, items_at, merge_items, split_frames
+from ._items import check_video_offsets, frames_at, items_at, merge_items, split_frames, vision_blocks
 from .inputs import RequestInputs
 
 
@@ -59,14 +59,21 @@ class Glm4V(Family):
         depth_before_row = np.where(row_start > 0, depth[np.maximum(row_start - 1, 0)], 0)
         in_video = depth[placeholder] - depth_before_row > 0
         frames, frame_of = split_frames(videos)
-        image_blocks = self.vision_blocks(
-            placeholder[~in_video], images, row_starts, row_lengths, what="image", grid_name="image_grid_thw"
+        image_blocks = vision_blocks(
+            placeholder[~in_video],
+            images,
+            row_starts,
+            row_lengths,
+            self.spatial_merge_size,
+            what="image",
+            grid_name="image_grid_thw",
         )
-        frame_blocks = self.vision_blocks(
+        frame_blocks = vision_blocks(
             placeholder[in_video],
             frames,
             row_starts,
             row_lengths,
+            self.spatial_merge_size,
             what="video",
             grid_name="video_grid_thw",
             frame_of=frame_of,

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..core import Blocks, ItemBlocks, SegmentBuilder, blocks_from_rows
 from ._base import Family
-from ._offsets import items_at, merge_items
+from ._items import items_at, merge_items, token_blocks
 from .inputs import RequestInputs
 from .one_frame import ImagesOnly
 
@@ -41,8 +41,14 @@ class Isaac(ImagesOnly, Family):
 
     def parse(self, inputs: RequestInputs) -> ItemBlocks:
         rows, lengths = inputs.rows()
-        blocks = self.token_blocks(
-            inputs.array, self.image_token_id, inputs.images, rows, lengths, what="image"
+        blocks = token_blocks(
+            inputs.array,
+            self.image_token_id,
+            inputs.images,
+            rows,
+            lengths,
+            self.spatial_merge_size,
+            what="image",
         )
         return self.items(blocks, rows)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
-from ._offsets import find_offsets, items_at, merge_items
+from ._items import find_offsets, items_at, merge_items, token_blocks
 from .inputs import RequestInputs, Seconds, SplitItems
 
 
@@ -46,7 +46,9 @@ class Qwen2VL(Family):
 
     def parse(self, inputs: RequestInputs) -> Blocks:
         ids, (rows, lengths) = inputs.array, inputs.rows()
-        images = self.token_blocks(ids, self.image_token_id, inputs.images, rows, lengths, what="image")
+        images = token_blocks(
+            ids, self.image_token_id, inputs.images, rows, lengths, self.spatial_merge_size, what="image"
+        )
         videos = self.video_blocks(ids, inputs.videos, inputs.seconds, rows, lengths)
         return Blocks.concat([images, videos])
 
@@ -117,8 +119,14 @@ class Qwen2VL(Family):
             image_offsets = find_offsets(as_ids(ids), self.image_token_id, images, self.spatial_merge_size)
             if image_offsets is None:
                 rows = np.array([0, len(ids)], dtype=np.int64)
-                return self.token_blocks(
-                    as_ids(ids), self.image_token_id, images, rows[:1], rows[1:], what="image"
+                return token_blocks(
+                    as_ids(ids),
+                    self.image_token_id,
+                    images,
+                    rows[:1],
+                    rows[1:],
+                    self.spatial_merge_size,
+                    what="image",
                 )
         if not image_offsets:
             return []
@@ -165,12 +173,13 @@ class Qwen2VL(Family):
     ) -> Blocks:
         """Each video one block of its video placeholder tokens."""
         grids, interval, rounding = self.video_items(videos, second_per_grid_ts)
-        return self.token_blocks(
+        return token_blocks(
             ids,
             self.video_token_id,
             grids,
             row_starts,
             row_lengths,
+            self.spatial_merge_size,
             what="video",
             interval=interval,
             rounding=rounding,

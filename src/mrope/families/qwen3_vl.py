@@ -8,7 +8,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import as_ids
-from ._offsets import check_video_offsets, frames_at, split_frames
+from ._items import check_video_offsets, frames_at, split_frames, token_blocks
 from .inputs import Seconds
 from .qwen2_vl import Qwen2VL
 
@@ -30,8 +30,15 @@ class Qwen3VL(Qwen2VL):
     ) -> Blocks:
         """One block per video frame (T = 1), the frames separated by timestamp text."""
         frames, frame_of = split_frames(videos)
-        return self.token_blocks(
-            ids, self.video_token_id, frames, row_starts, row_lengths, what="video", frame_of=frame_of
+        return token_blocks(
+            ids,
+            self.video_token_id,
+            frames,
+            row_starts,
+            row_lengths,
+            self.spatial_merge_size,
+            what="video",
+            frame_of=frame_of,
         )
 
     def prompt_video_blocks(

@@ -1,9 +1,11 @@
-"""Items at given offsets in one prompt: where a few items' placeholders start (found by a scan, or as an
-engine recorded them), their blocks checked at those offsets, and the items of several modalities in
-stream order. The families' one-prompt paths call these; each states only its own rule."""
+"""Where a prompt's items lie: the blocks of one modality found in a stream (the parsers' vectorized
+scan), where a few items' placeholders start in one prompt (found by a scan, or as an engine recorded
+them), their blocks checked at those offsets, and the items of several modalities in stream order.
+The families' parsers and one-prompt paths call these; each family states only its own rule."""
 
 from __future__ import annotations
 
+import functools
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
-from ..core.blocks import FEW_ITEMS, locate_few
+from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few, locate_items
 from .inputs import PromptItem
 
 if TYPE_CHECKING:
@@ -20,12 +22,94 @@ if TYPE_CHECKING:
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
 
 
+@functools.lru_cache(maxsize=16)
+def _merge_divisor(merge: int) -> np.ndarray:
+    """(1, merge, merge): a grid's (T, H, W) before merging divided by it gives the merged grid."""
+    divisor = np.array([1, merge, merge], dtype=np.int64)
+    divisor.flags.writeable = False
+    return divisor
+
+
+def token_blocks(
+    ids: np.ndarray,
+    token_id: int,
+    grids: np.ndarray,
+    row_starts: np.ndarray,
+    row_lengths: np.ndarray,
+    merge: int,
+    *,
+    what: str,
+    **options: Any,
+) -> Blocks:
+    """:func:`vision_blocks` of the items whose placeholder is ``token_id`` (grids in
+    ``{what}_grid_thw``); ``options``: ``interval``, ``rounding``, ``frame_of``."""
+    is_placeholder = ids == token_id
+    if grids.shape[0] == 0 and not is_placeholder.any():  # the common "no videos" case: no index array
+        return empty_blocks()
+    placeholders = is_placeholder.nonzero()[0]
+    return vision_blocks(
+        placeholders,
+        grids,
+        row_starts,
+        row_lengths,
+        merge,
+        what=what,
+        grid_name=f"{what}_grid_thw",
+        **options,
+    )
+
+
+def vision_blocks(
+    placeholder_index: np.ndarray,
+    grids: np.ndarray,
+    row_starts: np.ndarray,
+    row_lengths: np.ndarray,
+    merge: int,
+    *,
+    what: str,
+    grid_name: str,
+    interval: np.ndarray | float = 1.0,
+    rounding: int = 0,
+    frame_of: np.ndarray | None = None,
+) -> Blocks:
+    """Blocks of one modality: item ``i`` has grid ``grids[i]`` (before merging) and owns the next
+    ``T*H*W / merge**2`` placeholder tokens; frame ``k`` of item ``i`` has time index ``trunc(k *
+    interval[i])``, rounded as ``rounding`` says (:func:`mrope.core.place.temporal_index`).
+    ``frame_of`` (from ``split_frames``) says, for grids split into frames, which video and frame
+    each item is, for error messages."""
+    if grids.shape[0] == 0 and placeholder_index.size == 0:
+        return empty_blocks()
+    merged = grids // _merge_divisor(merge)  # (T, H', W') per item
+    num_tokens = merged.prod(axis=1)
+
+    def describe(i: int) -> str:
+        if frame_of is None:
+            return f"{what} {i} ({grid_name}[{i}] = {tuple(int(g) for g in grids[i])})"
+        video, frame = (int(v) for v in frame_of[i])
+        hw = tuple(int(g) for g in grids[i, 1:])
+        return f"frame {frame} of {what} {video} ({grid_name}[{video}] has H, W = {hw})"
+
+    start = locate_items(
+        placeholder_index,
+        num_tokens,
+        row_starts,
+        row_lengths,
+        what=what,
+        grid_name=grid_name,
+        describe=describe,
+    )
+    if not isinstance(interval, np.ndarray):
+        interval = np.full(start.shape, interval, dtype=np.float32)
+    codes = np.full(start.shape, rounding, dtype=np.int8) if rounding else None
+    return Blocks(start, merged[:, 0], merged[:, 1], merged[:, 2], interval, num_tokens, codes)
+
+
 def find_offsets(
     ids: np.ndarray, token_id: int, grids: np.ndarray | list[list[int]], merge: int
 ) -> list[int] | None:
     """Where each of a few items' placeholders (``token_id``) start in one prompt, found by a scan:
     the offsets :func:`items_at` takes. None when the items are many or do not fit the placeholders
-    (the vectorized :meth:`Family.token_blocks` then serves, or names the bad item)."""
+    (the vectorized :func:`token_blocks` then serves, or names the bad item)."""
     if len(grids) > FEW_ITEMS:
         return None
     placeholder = np.flatnonzero(ids == token_id)
