@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 
-from .._backends import to_grid_array, to_int_array, to_numpy
+from .._backends import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core import (
     FEW_BLOCKS,
@@ -38,6 +38,7 @@ from ..core import (
 )
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
+from ._grids import check_grids, raise_too_many_tokens
 from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
 
 if TYPE_CHECKING:
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 
     from ..rotary import MRotaryEmbedding
 
-_NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)
-_NO_GRIDS.flags.writeable = False
-_FEW_GRIDS = 16  # up to this many grids, a Python pass costs less than numpy calls on tiny arrays
 
 # what each setting holds (token ids, named ``*_token_id``, are ints >= 0): "size", an int >= 1; "rate",
 # a finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk)
@@ -144,9 +142,6 @@ class Family:
             if value is None:
                 raise MRopeError(f"{self.model_type} needs the setting {name!r} (not found in the config)")
             check_setting(self.model_type, name, value)
-        merge = self.spatial_merge_size
-        self._merge_divisor = np.array([1, merge, merge], dtype=np.int64)
-        self._video_divisor = np.array([self.video_temporal_merge, merge, merge], dtype=np.int64)
         self._video_temporal = int(self.video_temporal_merge)  # (a field read costs less than a property's)
         self._time_rate = self.time_rate if self.uses_second_per_grid_ts else None
 
@@ -565,81 +560,15 @@ class Family:
         stream of ``length`` tokens.
 
         Every rule on these inputs is here, and all of them cost O(items): grid values, the grids'
-        placeholder tokens in all against ``length`` (see :meth:`check_grids`; checked before any
+        placeholder tokens in all against ``length`` (see :func:`check_grids`; checked before any
         per-item or per-frame array is built, and exactly: a count past int64 would otherwise wrap), and
         the time of each video's last frame (see :meth:`check_second_per_grid_ts`)."""
-        images, image_tokens = self.check_grids(image_grid_thw, "image_grid_thw", 1)
-        videos, video_tokens = self.check_grids(video_grid_thw, "video_grid_thw", self._video_temporal)
+        merge, temporal = self.spatial_merge_size, self._video_temporal
+        images, image_tokens = check_grids(image_grid_thw, "image_grid_thw", merge, 1)
+        videos, video_tokens = check_grids(video_grid_thw, "video_grid_thw", merge, temporal)
         if image_tokens + video_tokens > length:
-            self.raise_too_many_tokens(images, videos, length)
+            raise_too_many_tokens(images, videos, length, merge, temporal)
         return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, videos)
-
-    def check_grids(self, grid_thw: Any, name: str, temporal: int) -> tuple[np.ndarray, int | float]:
-        """Grids as an int64 (n, 3) array, every value > 0, T divisible by ``temporal`` (1 for images, the
-        video temporal merge for videos) and H, W by the spatial merge size, and their placeholder tokens
-        in all (``T/temporal * H/merge * W/merge`` each): a Python int for a few grids, else a float64 sum,
-        exact up to 2**53 and, rounding being monotone, past any smaller count as soon as the exact sum is."""
-        if grid_thw is None:
-            return _NO_GRIDS, 0
-        grids = to_grid_array(grid_thw, name=name)
-        if grids.size == 0:
-            return grids, 0
-        if len(grids) <= _FEW_GRIDS:
-            return grids, self.grid_tokens(grids.tolist(), name, temporal)
-        divisor = self._merge_divisor if temporal == 1 else self._video_divisor
-        if grids.min() <= 0 or (grids % divisor).any():
-            bad = int(((grids <= 0).any(axis=1) | (grids % divisor != 0).any(axis=1)).argmax())
-            raise self.grid_error(name, bad, tuple(int(g) for g in grids[bad]), temporal)
-        tokens = float((grids // divisor).astype(np.float64).prod(axis=1).sum())
-        return grids, tokens
-
-    def grid_tokens(self, grids: list[list[int]], name: str, temporal: int) -> int:
-        """The placeholder tokens in all of a few grids given as Python ints, each checked as
-        :meth:`check_grids` checks them (one Python step per grid: numpy costs more on a few)."""
-        merge = self.spatial_merge_size
-        tokens = 0
-        for i, (t, h, w) in enumerate(grids):
-            if t <= 0 or h <= 0 or w <= 0 or h % merge or w % merge or t % temporal:
-                raise self.grid_error(name, i, (t, h, w), temporal)
-            tokens += t // temporal * (h // merge) * (w // merge)
-        return tokens
-
-    def grid_error(self, name: str, i: int, grid: tuple[int, int, int], temporal: int) -> MRopeError:
-        """The error for ``{name}[i] = grid``, which breaks a rule of :meth:`check_grids`."""
-        t, h, w = grid
-        if min(t, h, w) <= 0:
-            return MRopeError(f"{name}[{i}] = {grid}: every grid value must be > 0")
-        if t % temporal:
-            return MRopeError(
-                f"{name}[{i}] = {grid}: T={t} is not divisible by temporal_merge_size {temporal}"
-            )
-        merge = self.spatial_merge_size
-        axis, value = ("H", h) if h % merge else ("W", w)
-        return MRopeError(
-            f"{name}[{i}] = {grid}: {axis}={value} is not divisible by spatial_merge_size {merge}"
-        )
-
-    def raise_too_many_tokens(self, images: np.ndarray, videos: np.ndarray, length: int) -> None:
-        """Raise for the first item (images first) whose placeholder tokens take the running count past
-        the ``length`` tokens of the stream (the grids' total does)."""
-        counts = [
-            (g // d).astype(np.float64).prod(axis=1)
-            for g, d in ((images, self._merge_divisor), (videos, self._video_divisor))
-        ]
-        total = np.concatenate(counts).cumsum()
-        first = int((total > length).argmax())
-        name, grids, divisor, i = (
-            ("image_grid_thw", images, self._merge_divisor, first)
-            if first < len(images)
-            else ("video_grid_thw", videos, self._video_divisor, first - len(images))
-        )
-        grid = tuple(int(g) for g in grids[i])
-        tokens = math.prod(g // d for g, d in zip(grid, divisor.tolist(), strict=True))
-        before = f", {total[first]:.0f} with the items before it" if first else ""
-        raise MRopeError(
-            f"{name}[{i}] = {grid} needs {tokens} placeholder tokens{before}: more than the {length} "
-            "tokens of input_ids"
-        )
 
     def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> Seconds | None:
         """The seconds per grid step of each video as float64 with the dtype they were given in (None if

@@ -5,7 +5,6 @@ The families' parsers and one-prompt paths call these; each family states only i
 
 from __future__ import annotations
 
-import functools
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -14,20 +13,13 @@ import numpy as np
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
 from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few, locate_items
+from ._grids import merge_divisor
 from .inputs import PromptItem
 
 if TYPE_CHECKING:
     from ._base import Family
 
 _UNIT_STEP = np.float32(1.0)  # the temporal index step of items that do not scale time
-
-
-@functools.lru_cache(maxsize=16)
-def _merge_divisor(merge: int) -> np.ndarray:
-    """(1, merge, merge): a grid's (T, H, W) before merging divided by it gives the merged grid."""
-    divisor = np.array([1, merge, merge], dtype=np.int64)
-    divisor.flags.writeable = False
-    return divisor
 
 
 def token_blocks(
@@ -79,7 +71,7 @@ def vision_blocks(
     each item is, for error messages."""
     if grids.shape[0] == 0 and placeholder_index.size == 0:
         return empty_blocks()
-    merged = grids // _merge_divisor(merge)  # (T, H', W') per item
+    merged = grids // merge_divisor(merge)  # (T, H', W') per item
     num_tokens = merged.prod(axis=1)
 
     def describe(i: int) -> str:

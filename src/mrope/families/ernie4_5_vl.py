@@ -37,7 +37,7 @@ class Ernie4_5_VL(Qwen2VL):
         """Qwen2-VL's video items after the temporal merge: T / temporal_merge_size frames."""
         if len(videos) == 0:
             return super().video_items(videos, second_per_grid_ts)
-        merged = videos.copy()  # T is divisible (Family.check_grids)
+        merged = videos.copy()  # T is divisible (mrope.families._grids.check_grids)
         merged[:, 0] //= self.temporal_merge_size
         return super().video_items(merged, second_per_grid_ts)
 

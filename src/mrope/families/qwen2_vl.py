@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import BlockRow, Blocks
 from ._base import Family, as_ids
+from ._grids import grid_tokens, raise_too_many_tokens
 from ._items import find_offsets, items_at, merge_items, token_blocks
 from .inputs import RequestInputs, Seconds, SplitItems
 
@@ -70,12 +71,13 @@ class Qwen2VL(Family):
         the blocks of :meth:`prompt_blocks`, in their order, one Python step per item (no array but
         the videos' time steps)."""
         images, videos, seconds = items.images, items.videos, items.seconds
-        tokens = self.grid_tokens(images, "image_grid_thw", 1) if images else 0
+        merge, temporal = self.spatial_merge_size, self.video_temporal_merge
+        tokens = grid_tokens(images, "image_grid_thw", merge, 1) if images else 0
         if videos:
-            tokens += self.grid_tokens(videos, "video_grid_thw", self.video_temporal_merge)
+            tokens += grid_tokens(videos, "video_grid_thw", merge, temporal)
         if tokens > len(ids):
             grids = [np.array(g, dtype=np.int64).reshape(-1, 3) for g in (images, videos)]
-            self.raise_too_many_tokens(*grids, len(ids))
+            raise_too_many_tokens(*grids, len(ids), merge, temporal)
         if seconds is not None and not self.uses_second_per_grid_ts:
             raise self.seconds_refused()
         frames = tuple([t for t, _, _ in videos]) if videos else ()
@@ -206,7 +208,6 @@ _KEPT_STEPS = 256  # the videos' time steps :meth:`Qwen2VL.item_rows` keeps, by 
 _ITEM_PATH_HOOKS = (
     "request_inputs",
     "check_vision_inputs",
-    "check_grids",
     "check_second_per_grid_ts",
     "prompt_blocks",
     "prompt_image_blocks",
