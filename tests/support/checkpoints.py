@@ -189,46 +189,62 @@ def _qwen_image_processor(patch: int, processor_class: str, image_type: str, mea
     }
 
 
-def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
-    """Tiny Qwen2.5-VL: text hidden 128, 2 layers, 2 heads, 1 KV head, head_dim 64, chunked
-    mrope_section [8, 12, 12]; vision depth 2, hidden 64, patch 14, merge 2, temporal patch 2,
-    ``tokens_per_second`` 2 (as the released checkpoints)."""
-    folder = Path(folder)
-    ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
-    vocab = _padded_vocab(ids["__len__"])
-    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = {
-        "model_type": "qwen2_5_vl_text",
-        "vocab_size": vocab,
+def _qwen_text(model_type: str, ids: dict[str, int], **fields: Any) -> dict[str, Any]:
+    """The tiny Qwen text config (hidden 128, 2 layers, 2 heads, 1 KV head), with the model's own
+    ``fields``."""
+    return {
+        "model_type": model_type,
+        "vocab_size": _padded_vocab(ids["__len__"]),
         "hidden_size": 128,
         "intermediate_size": 256,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
         "num_key_value_heads": 1,
         "hidden_act": "silu",
-        "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-6,
         "rope_theta": ROPE_THETA,
-        "rope_scaling": {"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
-        "use_sliding_window": False,
-        "sliding_window": 4096,
-        "max_window_layers": 2,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "tie_word_embeddings": False,
         "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": eos[0],
+        "eos_token_id": ids["<|im_end|>"],
         "torch_dtype": "float32",
+        **fields,
     }
-    config = {
-        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-        "model_type": "qwen2_5_vl",
+
+
+def _qwen_config(architecture: str, model_type: str, ids: dict[str, int]) -> dict[str, Any]:
+    """The top of a tiny Qwen VLM's config.json: its architecture and placeholder token ids."""
+    return {
+        "architectures": [architecture],
+        "model_type": model_type,
         "torch_dtype": "float32",
         "tie_word_embeddings": False,
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
         "vision_end_token_id": ids["<|vision_end|>"],
+    }
+
+
+def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen2.5-VL: text hidden 128, 2 layers, 2 heads, 1 KV head, head_dim 64, chunked
+    mrope_section [8, 12, 12]; vision depth 2, hidden 64, patch 14, merge 2, temporal patch 2,
+    ``tokens_per_second`` 2 (as the released checkpoints)."""
+    folder = Path(folder)
+    ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
+    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text = _qwen_text(
+        "qwen2_5_vl_text",
+        ids,
+        max_position_embeddings=4096,
+        rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=2,
+    )
+    config = {
+        **_qwen_config("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", ids),
         "vision_token_id": ids["<|vision_pad|>"],
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": eos[0],
@@ -283,39 +299,17 @@ def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
     2, hidden 64, patch 16, merge 2, temporal patch 2, deepstack from vision blocks 0 and 1."""
     folder = Path(folder)
     ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
-    vocab = _padded_vocab(ids["__len__"])
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = {
-        "model_type": "qwen3_vl_text",
-        "vocab_size": vocab,
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
-        "hidden_act": "silu",
-        "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": ROPE_THETA,
-        "rope_scaling": {"rope_type": "default", "mrope_section": [12, 10, 10], "mrope_interleaved": True},
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "tie_word_embeddings": False,
-        "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": eos[0],
-        "torch_dtype": "float32",
-    }
+    text = _qwen_text(
+        "qwen3_vl_text",
+        ids,
+        head_dim=64,
+        max_position_embeddings=8192,
+        rope_scaling={"rope_type": "default", "mrope_section": [12, 10, 10], "mrope_interleaved": True},
+        attention_bias=False,
+    )
     config = {
-        "architectures": ["Qwen3VLForConditionalGeneration"],
-        "model_type": "qwen3_vl",
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
-        "image_token_id": ids["<|image_pad|>"],
-        "video_token_id": ids["<|video_pad|>"],
-        "vision_start_token_id": ids["<|vision_start|>"],
-        "vision_end_token_id": ids["<|vision_end|>"],
+        **_qwen_config("Qwen3VLForConditionalGeneration", "qwen3_vl", ids),
         "text_config": text,
         "vision_config": {
             "model_type": "qwen3_vl",

@@ -129,26 +129,20 @@ def fill(out, slots, first, count, decode, info, keys, fields, max_position, max
     return num
 
 
-_STEPS: dict[tuple[np.dtype, np.dtype, np.dtype], Callable[..., int]] = {}
-
-
 def step_for(slots: np.dtype, first: np.dtype, count: np.dtype) -> Callable[..., int]:
     """:func:`fill` compiled for index arrays of these dtypes (int32 or int64) and arrays of any strides,
-    as the compiled function itself (no dispatch: the caller checks the arguments' kinds)."""
-    key = (slots, first, count)
-    step = _STEPS.get(key)
-    if step is None:
-        signature = (
-            types.Array(types.int64, 2, "A"),
-            *(types.Array(from_dtype(dtype), 1, "A") for dtype in key),
-            types.boolean,
-            types.Array(types.int64, 2, "A"),
-            types.Array(types.int64, 1, "A"),
-            types.Array(types.int64, 2, "A"),
-            types.int64,
-            types.int64,
-            types.int64,
-        )
-        fill.compile(signature)
-        step = _STEPS[key] = fill.get_overload(signature)
-    return step
+    as the compiled function itself (no dispatch: the caller checks the arguments' kinds and keeps
+    it by the dtypes; numba keeps the compilation, so a second table's call compiles nothing)."""
+    signature = (
+        types.Array(types.int64, 2, "A"),
+        *(types.Array(from_dtype(dtype), 1, "A") for dtype in (slots, first, count)),
+        types.boolean,
+        types.Array(types.int64, 2, "A"),
+        types.Array(types.int64, 1, "A"),
+        types.Array(types.int64, 2, "A"),
+        types.int64,
+        types.int64,
+        types.int64,
+    )
+    fill.compile(signature)
+    return fill.get_overload(signature)
