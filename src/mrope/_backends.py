@@ -41,6 +41,30 @@ def numba_allowed() -> bool:
     return os.environ.get(NUMBA_ENV, "").strip().lower() not in OFF_VALUES
 
 
+@functools.cache
+def _compiled_backend() -> Any:
+    try:
+        from .core import compiled
+    except ImportError:  # numba missing, or not built for this numpy
+        return None
+    return compiled
+
+
+#: the module of mrope's numba backend (its kernels: :func:`compiled_kernel`)
+COMPILED_MODULE = "mrope.core.compiled"
+
+
+def compiled_kernel(name: str, *, load: bool = True) -> Any:
+    """The kernel ``name`` of mrope's numba backend (:mod:`mrope.core.compiled`), or ``None`` where numba
+    does not import or ``MROPE_NUMBA`` is off (the import is tried once per process). ``load=False``:
+    ``None`` too while nothing has loaded that backend yet, so a short call never pays numba's import
+    (a long render, a compiled serving step or an integration's ``enable`` loads it)."""
+    if not numba_allowed() or (not load and COMPILED_MODULE not in sys.modules):
+        return None
+    backend = _compiled_backend()
+    return None if backend is None else getattr(backend, name)
+
+
 def overlapping(shape: Any, strides: Any, itemsize: int = 1) -> bool:
     """Whether two elements of an array of this shape and strides share memory (strides and
     ``itemsize`` in bytes for numpy; in elements, ``itemsize`` 1, for torch). Exact for the layouts

@@ -5,8 +5,11 @@ PaddleOCR-VL) check and place them on Python values; the others convert them to 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -52,6 +55,30 @@ def items_of(family, prompt) -> list[PromptItem]:
         for o, g, s in zip(video_offsets, prompt.video_grid_thw, seconds, strict=True)
     ]
     return sorted(items, key=lambda item: item.offset)
+
+
+SCANS = ("compiled", "numpy")
+
+
+@contextlib.contextmanager
+def scan_by(scan: str) -> Iterator[None]:
+    """Find placeholders by mrope's compiled scan (its numba backend loaded) or by numpy
+    (``MROPE_NUMBA=0``): :func:`mrope.families.find_image_items` takes either."""
+    if scan == "compiled":
+        require_module("numba")
+        import mrope.core.compiled  # noqa: F401  (loads the backend: the scan then takes it)
+
+        yield
+        return
+    before = os.environ.get("MROPE_NUMBA")
+    os.environ["MROPE_NUMBA"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MROPE_NUMBA"]
+        else:
+            os.environ["MROPE_NUMBA"] = before
 
 
 def outcome(call):
@@ -229,15 +256,18 @@ def test_seconds_to_a_family_that_does_not_scale_time():
         family.positions(prompt.input_ids, items=[video._replace(seconds=0.5)])
 
 
+@pytest.mark.parametrize("scan", SCANS)
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-def test_image_items_found_by_a_scan_are_the_processors(name, data):
+def test_image_items_found_by_a_scan_are_the_processors(name, scan, data):
     """:func:`find_image_items` (SGLang's prompts: grids, no offsets): the items a processor records, for
-    a family with a rule on items and a prompt of images only; None otherwise (the arrays serve)."""
+    a family with a rule on items and a prompt of images only; None otherwise (the arrays serve). By
+    either scan."""
     family = family_of(name)
     prompt = data.draw(prompts(family, max_images=3, max_videos=1), label="prompt")
     ids = np.array(prompt.input_ids, dtype=np.int64)
-    found = mrope.families.find_image_items(family, ids, [list(g) for g in prompt.image_grid_thw])
+    with scan_by(scan):
+        found = mrope.families.find_image_items(family, ids, [list(g) for g in prompt.image_grid_thw])
     if not family.rule_on_items or prompt.video_grid_thw or not prompt.image_grid_thw:
         assert found is None
         return
@@ -248,19 +278,27 @@ def test_image_items_found_by_a_scan_are_the_processors(name, data):
     assert delta == expected[1]
 
 
-def test_image_items_are_not_found_where_the_placeholders_do_not_fit():
+@pytest.mark.parametrize("scan", SCANS)
+def test_image_items_are_not_found_where_the_placeholders_do_not_fit(scan):
     family = family_of("qwen2_vl")
     image, video = family.image_token_id, family.video_token_id
     grid = [[1, 4, 4]]  # 4 placeholders
-    assert mrope.families.find_image_items(family, np.array([1, image, image, image, image, 2]), grid) == [
-        PromptItem("image", 1, [1, 4, 4])
-    ]
+    find = mrope.families.find_image_items
+    with scan_by(scan):
+        assert find(family, np.array([1, image, image, image, image, 2]), grid) == [
+            PromptItem("image", 1, [1, 4, 4])
+        ]
+        assert find(family, np.array([image] * 6), [[1, 4, 4], [1, 2, 4]]) == [
+            PromptItem("image", 0, [1, 4, 4]),
+            PromptItem("image", 4, [1, 2, 4]),
+        ]  # two images back to back: one run of placeholders
     for ids in (
         [1, image, image, image, 2],  # too few
         [1, image, image, image, image, image],  # too many
         [1, image, image, 2, image, image],  # not consecutive
         [1, image, image, image, image, video],  # a video placeholder without its grid
     ):
-        assert mrope.families.find_image_items(family, np.array(ids), grid) is None, ids
+        with scan_by(scan):
+            assert find(family, np.array(ids), grid) is None, ids
         with pytest.raises(MRopeError):
             family.positions(ids, image_grid_thw=grid)  # (what the arrays then say)

@@ -160,13 +160,25 @@ def locate_few(placeholder_index: np.ndarray, tokens: list[int]) -> list[int] | 
         return None
     if not tokens:
         return []
+    return starts_if_consecutive(placeholder_index[item_bounds(tokens)].tolist(), tokens)
+
+
+def item_bounds(tokens: list[int]) -> list[int]:
+    """The ranks (among one modality's placeholders) of each item's first and last placeholder, items
+    of ``tokens`` placeholders each taken in order: ``[first_0, last_0, first_1, last_1, ...]``."""
     bounds: list[int] = []
     first = 0
     for n in tokens:
         bounds += (first, first + n - 1)
         first += n
-    index = placeholder_index[bounds].tolist()
-    starts, ends = index[0::2], index[1::2]
+    return bounds
+
+
+def starts_if_consecutive(bound_index: list[int], tokens: list[int]) -> list[int] | None:
+    """Each item's first stream index when each item's placeholders are consecutive (its last one
+    ``tokens[i] - 1`` after its first); None otherwise. ``bound_index``: the stream indices of the
+    placeholders at :func:`item_bounds`' ranks, however they were found."""
+    starts, ends = bound_index[0::2], bound_index[1::2]
     if any(e - s + 1 != n for s, e, n in zip(starts, ends, tokens, strict=True)):
         return None
     return starts

@@ -1,7 +1,9 @@
 """The numba backend of the renderer (:mod:`mrope.core.renderer`): the segment lookup
 (:func:`find_segment`), the render of a run of tokens of one segment (:func:`write_run`), the decode tail
 (:func:`write_tail`), and the compiled render of every token of a segment table in one pass, which the
-compiled serving step (:mod:`mrope.serving._compiled`) shares.
+compiled serving step (:mod:`mrope.serving._compiled`) shares; beside them, the one-pass scan for a few
+items' placeholders (:func:`nth_placeholders`), how the one-prompt path finds its data where the
+compiled backend is loaded.
 
 :func:`mrope.core.render_all` renders with about twenty numpy passes over the stream (a running
 segment count, five gathers, a division, the formula); on a large batch each pass costs a trip through
@@ -90,3 +92,24 @@ def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
                 data[IS_TEXT, s],
             )
     return out
+
+
+@cached_njit(nogil=True, boundscheck=False)
+def nth_placeholders(ids, token_id, stop_id, ranks):  # noqa: ANN001, ANN201
+    """One pass over ``ids`` (1-D): overwrites each of ``ranks`` (sorted, int64) with the stream index
+    of the placeholder (``token_id``) of that rank (0 for the first), and returns how many placeholders
+    there are, or -1 at the first ``stop_id`` (a token that rules out the caller's path). Ranks past
+    the last placeholder are left as they were. The same indices as ``flatnonzero(ids == token_id)
+    [ranks]`` without building that array: :func:`mrope.core.blocks.starts_if_consecutive` reads them."""
+    count = 0
+    k = 0
+    for i in range(ids.shape[0]):
+        token = ids[i]
+        if token == stop_id:
+            return -1
+        if token == token_id:
+            while k < ranks.shape[0] and ranks[k] == count:
+                ranks[k] = i
+                k += 1
+            count += 1
+    return count

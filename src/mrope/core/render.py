@@ -17,12 +17,11 @@ each rounded once from the exact float64 sum, as transformers' float32 arithmeti
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
-from .._backends import numba_allowed
+from .._backends import compiled_kernel
 from .place import Placed, temporal_index
 from .renderer import find_segments, render_at
 from .segments import START, SegmentBuilder, SegmentTable
@@ -73,19 +72,10 @@ _CHUNK = 1 << 16  # tokens rendered per pass: bounds the scratch memory
 COMPILED_FROM = 1 << 12
 
 
-@functools.cache
-def _load_render_table() -> Any:
-    try:
-        from .compiled import render_table
-    except ImportError:  # numba missing, or not built for this numpy
-        return None
-    return render_table
-
-
 def compiled_render() -> Any:
     """:func:`mrope.core.compiled.render_table`, or ``None`` where numba does not import or
-    ``MROPE_NUMBA=0`` (the import is tried once per process)."""
-    return _load_render_table() if numba_allowed() else None
+    ``MROPE_NUMBA=0`` (:func:`mrope._backends.compiled_kernel`)."""
+    return compiled_kernel("render_table")
 
 
 def render_all(

@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._backends import compiled_kernel
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
-from ..core.blocks import FEW_ITEMS, empty_blocks, locate_few, locate_items
+from ..core.blocks import (
+    FEW_ITEMS,
+    empty_blocks,
+    item_bounds,
+    locate_few,
+    locate_items,
+    starts_if_consecutive,
+)
 from ._grids import merge_divisor
 from .inputs import PromptItem
 
@@ -97,18 +105,31 @@ def vision_blocks(
 
 
 def find_offsets(
-    ids: np.ndarray, token_id: int, grids: np.ndarray | list[list[int]], merge: int
+    ids: np.ndarray,
+    token_id: int,
+    grids: np.ndarray | list[list[int]],
+    merge: int,
+    *,
+    refuse: int | None = None,
 ) -> list[int] | None:
     """Where each of a few items' placeholders (``token_id``) start in one prompt, found by a scan:
-    the offsets :func:`items_at` takes. None when the items are many or do not fit the placeholders
-    (the vectorized :func:`token_blocks` then serves, or names the bad item)."""
+    the offsets :func:`items_at` takes. None when the items are many, do not fit the placeholders or
+    the prompt holds ``refuse`` (a token that rules this path out; the vectorized :func:`token_blocks`
+    then serves, or names the bad item). One compiled pass where mrope's numba backend is loaded
+    (:func:`mrope.core.compiled.nth_placeholders`), a few numpy calls otherwise."""
     if len(grids) > FEW_ITEMS:
         return None
-    placeholder = np.flatnonzero(ids == token_id)
-    if not len(grids):
-        return [] if not placeholder.size else None
     rows = grids if type(grids) is list else grids.tolist()
-    return locate_few(placeholder, [t * (h // merge) * (w // merge) for t, h, w in rows])
+    tokens = [t * (h // merge) * (w // merge) for t, h, w in rows]
+    scan = compiled_kernel("nth_placeholders", load=False)
+    if scan is None:
+        if refuse is not None and (ids == refuse).any():
+            return None
+        return locate_few(np.flatnonzero(ids == token_id), tokens)
+    bound_index = np.array(item_bounds(tokens), dtype=np.int64)
+    if scan(ids, token_id, -1 if refuse is None else refuse, bound_index) != sum(tokens):
+        return None
+    return starts_if_consecutive(bound_index.tolist(), tokens)
 
 
 def find_image_items(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[PromptItem] | None:
@@ -118,9 +139,10 @@ def find_image_items(family: Family, ids: np.ndarray, images: list[list[int]]) -
     with a rule on items. None where the family has no such rule, the prompt holds a video
     placeholder, or the images do not fit the placeholders: the grids as arrays then serve (or name
     what is wrong)."""
-    if not family.rule_on_items or not images or (ids == family.video_token_id).any():
+    if not family.rule_on_items or not images:
         return None
-    offsets = find_offsets(ids, family.image_token_id, images, family.spatial_merge_size)
+    merge = family.spatial_merge_size
+    offsets = find_offsets(ids, family.image_token_id, images, merge, refuse=family.video_token_id)
     if offsets is None:
         return None
     return [PromptItem("image", offset, grid) for offset, grid in zip(offsets, images, strict=True)]

@@ -43,7 +43,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._backends import env_mode
+import numpy as np
+
+from .._backends import compiled_kernel, env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
 from ..families import Family, find_image_items, from_config
@@ -133,6 +135,19 @@ def enable(mode: str = "mrope") -> None:
     for (owner, name), replacement in replacements.items():
         _patches.append((owner, name, vars(owner).get(name)))
         setattr(owner, name, replacement)
+    _load_prompt_scan()
+
+
+def _load_prompt_scan() -> None:
+    """Load mrope's compiled placeholder scan now (numba's import, the kernel from numba's cache), so
+    that the prompts find their images by it (:func:`mrope.families.find_offsets`) and no request
+    pays the load; where it fails, the numpy scan serves."""
+    try:
+        scan = compiled_kernel("nth_placeholders")
+        if scan is not None:
+            scan(np.zeros(1, dtype=np.int64), 0, -1, np.zeros(1, dtype=np.int64))
+    except Exception as error:  # nothing mrope does may fail the engine
+        _fall_back("the compiled prompt scan", error)
 
 
 def disable() -> None:
@@ -339,7 +354,11 @@ def _positions(
             video_grid_thw=_host(video_grid_thw),
             second_per_grid_ts=second_per_grid_ts,
         )
-    return torch.from_numpy(positions).to(input_ids.dtype).unsqueeze(1), torch.tensor([[delta]])
+    # a numpy view, then one tensor each (every torch call costs microseconds in the tokenizer's cold cache)
+    position_ids = torch.from_numpy(positions[:, None])
+    if input_ids.dtype != position_ids.dtype:
+        position_ids = position_ids.to(input_ids.dtype)
+    return position_ids, torch.from_numpy(np.array([[delta]], dtype=np.int64))
 
 
 def _host(grid: Any) -> Any:
