@@ -59,8 +59,8 @@ def compiled_kernel(name: str, *, load: bool = True) -> Any:
     does not import or ``MROPE_NUMBA`` is off (the import is tried once per process). ``load=False``:
     ``None`` too while nothing has loaded that backend yet, so a short call never pays numba's import
     (a long render, a compiled serving step or an integration's ``enable`` loads it)."""
-    if not numba_allowed() or (not load and COMPILED_MODULE not in sys.modules):
-        return None
+    if (not load and COMPILED_MODULE not in sys.modules) or not numba_allowed():  # (sys.modules first:
+        return None  # a dict lookup, where reading the environment costs microseconds in a cold cache)
     backend = _compiled_backend()
     return None if backend is None else getattr(backend, name)
 
