@@ -119,6 +119,8 @@ def find_offsets(
     (:func:`mrope.core.compiled.nth_placeholders`), a few numpy calls otherwise."""
     if len(grids) > FEW_ITEMS:
         return None
+    if not len(grids):  # no items: none of their placeholders may appear
+        return None if (ids == token_id).any() or (refuse is not None and (ids == refuse).any()) else []
     rows = grids if type(grids) is list else grids.tolist()
     tokens = [t * (h // merge) * (w // merge) for t, h, w in rows]
     scan = compiled_kernel("nth_placeholders", load=False)
