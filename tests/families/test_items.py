@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -70,15 +69,9 @@ def scan_by(scan: str) -> Iterator[None]:
 
         yield
         return
-    before = os.environ.get("MROPE_NUMBA")
-    os.environ["MROPE_NUMBA"] = "0"
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MROPE_NUMBA", "0")
         yield
-    finally:
-        if before is None:
-            del os.environ["MROPE_NUMBA"]
-        else:
-            os.environ["MROPE_NUMBA"] = before
 
 
 def outcome(call):

@@ -119,19 +119,19 @@ def find_offsets(
     (:func:`mrope.core.compiled.nth_placeholders`), a few numpy calls otherwise."""
     if len(grids) > FEW_ITEMS:
         return None
-    if not len(grids):  # no items: none of their placeholders may appear
-        return None if (ids == token_id).any() or (refuse is not None and (ids == refuse).any()) else []
     rows = grids if type(grids) is list else grids.tolist()
     tokens = [t * (h // merge) * (w // merge) for t, h, w in rows]
     scan = compiled_kernel("nth_placeholders", load=False)
-    if scan is None:
-        if refuse is not None and (ids == refuse).any():
-            return None
-        return locate_few(np.flatnonzero(ids == token_id), tokens)
-    bound_index = np.array(item_bounds(tokens), dtype=np.int64)
-    if scan(ids, token_id, -1 if refuse is None else refuse, bound_index) != sum(tokens):
+    if scan is not None:
+        bound_index = np.array(item_bounds(tokens), dtype=np.int64)
+        found = scan(ids, token_id, -1 if refuse is None else refuse, bound_index)
+        return starts_if_consecutive(bound_index.tolist(), tokens) if found == sum(tokens) else None
+    if refuse is not None and (ids == refuse).any():
         return None
-    return starts_if_consecutive(bound_index.tolist(), tokens)
+    placeholder = np.flatnonzero(ids == token_id)
+    if not tokens:  # no items: none of their placeholders may appear
+        return None if placeholder.size else []
+    return locate_few(placeholder, tokens)
 
 
 def find_image_items(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[PromptItem] | None:
