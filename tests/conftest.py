@@ -17,10 +17,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from mrope._backends import NUMBA_ENV, numba_allowed
 from support.peers import PeerSetup, peer_setup, require
 
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -36,6 +38,23 @@ def peer(request: pytest.FixtureRequest) -> PeerSetup:
     ``@pytest.mark.parametrize("peer", ["glm4v", "glm4v_moe"], indirect=True)``."""
     require("torch", "transformers", "sglang")
     return peer_setup(request.param)
+
+
+@pytest.fixture
+def numba_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str | None], None]]:
+    """A function that sets ``MROPE_NUMBA`` for this test (``None``: unsets it) and has mrope read it again
+    (it reads it once per process: :func:`mrope._backends.numba_allowed`); put back afterwards."""
+
+    def set_numba(value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(NUMBA_ENV, raising=False)
+        else:
+            monkeypatch.setenv(NUMBA_ENV, value)
+        numba_allowed.cache_clear()
+
+    yield set_numba
+    monkeypatch.undo()
+    numba_allowed.cache_clear()
 
 
 # packages a test module may need beyond numpy, pytest and hypothesis

@@ -690,13 +690,13 @@ def test_rope_index_reads_list_valued_fields():
     ("value", "allowed"),
     [("0", False), ("false", False), ("OFF", False), (" No ", False), ("", True), ("1", True), ("yes", True)],
 )
-def test_mrope_numba_reads_off_as_mrope_vllm_does(monkeypatch, value, allowed):
+def test_mrope_numba_reads_off_as_mrope_vllm_does(numba_env, value, allowed):
     """``MROPE_NUMBA`` accepted ``0`` only; ``false``, ``off`` and ``no`` turn it off as they turn
     ``MROPE_VLLM`` off."""
-    from mrope._backends import NUMBA_ENV, numba_allowed
+    from mrope._backends import numba_allowed
     from mrope.serving import PositionTable
 
-    monkeypatch.setenv(NUMBA_ENV, value)
+    numba_env(value)
     assert numba_allowed() is allowed
     if not allowed:
         assert PositionTable(1).backend == "numpy"

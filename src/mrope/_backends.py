@@ -35,9 +35,12 @@ def env_mode(name: str) -> str | None:
     return "mrope" if value in ON_VALUES else value
 
 
+@functools.cache
 def numba_allowed() -> bool:
     """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA`` is ``0``,
-    ``false``, ``off`` or ``no``)."""
+    ``false``, ``off`` or ``no``). Read once per process, when mrope first chooses a path: reading the
+    environment costs some 10 us in a cold cache, more than a short call's whole work (an engine's
+    prompt); ``numba_allowed.cache_clear()`` makes mrope read it again."""
     return os.environ.get(NUMBA_ENV, "").strip().lower() not in OFF_VALUES
 
 
@@ -59,8 +62,8 @@ def compiled_kernel(name: str, *, load: bool = True) -> Any:
     does not import or ``MROPE_NUMBA`` is off (the import is tried once per process). ``load=False``:
     ``None`` too while nothing has loaded that backend yet, so a short call never pays numba's import
     (a long render, a compiled serving step or an integration's ``enable`` loads it)."""
-    if (not load and COMPILED_MODULE not in sys.modules) or not numba_allowed():  # (sys.modules first:
-        return None  # a dict lookup, where reading the environment costs microseconds in a cold cache)
+    if not numba_allowed() or (not load and COMPILED_MODULE not in sys.modules):
+        return None
     backend = _compiled_backend()
     return None if backend is None else getattr(backend, name)
 

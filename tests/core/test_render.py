@@ -88,7 +88,7 @@ def test_compiled_render_matches_numpy_on_any_table(table):
     np.testing.assert_array_equal(render(table, np.arange(table.length)), numpy_positions)
 
 
-def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
+def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch, numba_env):
     """``use_compiled=None``: the compiled render from ``COMPILED_FROM`` tokens where numba imports,
     numpy below it and under ``MROPE_NUMBA=0``."""
     require("numba")
@@ -111,7 +111,7 @@ def test_render_all_takes_the_compiled_render_for_long_tables(monkeypatch):
     render_all(short)
     assert calls == [COMPILED_FROM], "a short table takes the numpy passes"
     monkeypatch.undo()
-    monkeypatch.setenv("MROPE_NUMBA", "0")
+    numba_env("0")
     assert render_module.compiled_render() is None
 
 

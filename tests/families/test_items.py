@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
-from mrope.core import COMPATS
+from mrope._backends import numba_allowed
+from mrope.core import COMPATS, render_one_row
 from mrope.families import Qwen2VL
-from mrope.families.inputs import PromptItem, items_as_inputs
+from mrope.families.inputs import PromptItem, items_as_inputs, split_items
 from mrope.serving import PositionTable
 from support.offsets import assert_table_row, item_offsets
 from support.peers import as_numpy, require_module, transformers_rope_index
@@ -62,7 +63,7 @@ SCANS = ("compiled", "numpy")
 @contextlib.contextmanager
 def scan_by(scan: str) -> Iterator[None]:
     """Find placeholders by mrope's compiled scan (its numba backend loaded) or by numpy
-    (``MROPE_NUMBA=0``): :func:`mrope.families.find_image_items` takes either."""
+    (``MROPE_NUMBA=0``): :func:`mrope.families.find_image_rows` takes either."""
     if scan == "compiled":
         require_module("numba")
         import mrope.core.compiled  # noqa: F401  (loads the backend: the scan then takes it)
@@ -71,7 +72,12 @@ def scan_by(scan: str) -> Iterator[None]:
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MROPE_NUMBA", "0")
-        yield
+        numba_allowed.cache_clear()  # (mrope reads it once per process)
+        try:
+            yield
+        finally:
+            patch.undo()
+            numba_allowed.cache_clear()
 
 
 def outcome(call):
@@ -252,46 +258,53 @@ def test_seconds_to_a_family_that_does_not_scale_time():
 @pytest.mark.parametrize("scan", SCANS)
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-def test_image_items_found_by_a_scan_are_the_processors(name, scan, data):
-    """:func:`find_image_items` (SGLang's prompts: grids, no offsets): the items a processor records, for
-    a family with a rule on items and a prompt of images only; None otherwise (the arrays serve). By
-    either scan."""
+def test_image_rows_found_by_a_scan_are_the_processors(name, scan, data):
+    """:func:`find_image_rows` (SGLang's prompts: grids, no offsets): the blocks of the items a processor
+    records, checked as items are, for a family with a rule on items and a prompt of images only; None
+    otherwise (the arrays serve). Rendered, the array path's positions. By either scan."""
     family = family_of(name)
     prompt = data.draw(prompts(family, max_images=3, max_videos=1), label="prompt")
     ids = np.array(prompt.input_ids, dtype=np.int64)
     with scan_by(scan):
-        found = mrope.families.find_image_items(family, ids, [list(g) for g in prompt.image_grid_thw])
+        found = mrope.families.find_image_rows(family, ids, [list(g) for g in prompt.image_grid_thw])
     if not family.rule_on_items or prompt.video_grid_thw or not prompt.image_grid_thw:
         assert found is None
         return
-    assert found == items_of(family, prompt), prompt.describe()
+    assert found == family.item_rows(ids, split_items(items_of(family, prompt))), prompt.describe()
     expected = family.positions(ids, image_grid_thw=prompt.image_grid_thw)
-    positions, delta = family.positions(ids, items=found)
+    positions, delta = render_one_row(found, len(ids), family.compat)
     np.testing.assert_array_equal(positions, expected[0])
     assert delta == expected[1]
 
 
 @pytest.mark.parametrize("scan", SCANS)
-def test_image_items_are_not_found_where_the_placeholders_do_not_fit(scan):
+def test_image_rows_are_not_found_where_the_placeholders_or_grids_do_not_fit(scan):
     family = family_of("qwen2_vl")
     image, video = family.image_token_id, family.video_token_id
     grid = [[1, 4, 4]]  # 4 placeholders
-    find = mrope.families.find_image_items
+    find = mrope.families.find_image_rows
     with scan_by(scan):
-        assert find(family, np.array([1, image, image, image, image, 2]), grid) == [
-            PromptItem("image", 1, [1, 4, 4])
-        ]
+        assert find(family, np.array([1, image, image, image, image, 2]), grid) == [(1, 1, 2, 2, 1.0, 0)]
         assert find(family, np.array([image] * 6), [[1, 4, 4], [1, 2, 4]]) == [
-            PromptItem("image", 0, [1, 4, 4]),
-            PromptItem("image", 4, [1, 2, 4]),
+            (0, 1, 2, 2, 1.0, 0),
+            (4, 1, 1, 2, 1.0, 0),
         ]  # two images back to back: one run of placeholders
-    for ids in (
-        [1, image, image, image, 2],  # too few
-        [1, image, image, image, image, image],  # too many
-        [1, image, image, 2, image, image],  # not consecutive
-        [1, image, image, image, image, video],  # a video placeholder without its grid
+        assert find(family, np.array([1, image, image, image, image, 2], dtype=np.int32), grid) == [
+            (1, 1, 2, 2, 1.0, 0)
+        ]  # ids of another dtype
+    for ids, grids in (
+        ([1, image, image, image, 2], grid),  # too few
+        ([1, image, image, image, image, image], grid),  # too many
+        ([1, image, image, 2, image, image], grid),  # not consecutive
+        ([1, image, image, image, image, video], grid),  # a video placeholder without its grid
+        ([1, image, image, image, image, 2], [[1, 4, 3]]),  # W not divisible by the merge size
+        ([1, image, image, image, image, 2], [[0, 4, 4]]),  # an empty grid
+        ([1, image, image, image, image, 2], [[1, 4.0, 4]]),  # not ints
+        ([1, image, image, image, image, 2], [[1, 4]]),  # not (T, H, W)
     ):
         with scan_by(scan):
-            assert find(family, np.array(ids), grid) is None, ids
+            assert find(family, np.array(ids), grids) is None, (ids, grids)
         with pytest.raises(MRopeError):
-            family.positions(ids, image_grid_thw=grid)  # (what the arrays then say)
+            family.positions(ids, image_grid_thw=grids)  # (what the arrays then say)
+    with scan_by(scan):
+        assert find(family, np.array([1.0, image, image, image, image, 2.0]), grid) is None  # float ids

@@ -251,15 +251,15 @@ def test_pool_compaction_keeps_requests(backend: str) -> None:
     assert out[0, -1] == positions.shape[1] + delta
 
 
-def test_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_backends(numba_env) -> None:
     """``backend="auto"`` takes numba where it imports, unless ``MROPE_NUMBA=0``; float32 tables take
     numpy; a bad or impossible choice raises."""
     numba = importlib.util.find_spec("numba") is not None
-    monkeypatch.delenv("MROPE_NUMBA", raising=False)
+    numba_env(None)
     assert PositionTable(1).backend == ("numba" if numba else "numpy")
     assert PositionTable(1, backend="numpy").backend == "numpy"
     assert PositionTable(1, dtype=np.float32).backend == "numpy"
-    monkeypatch.setenv("MROPE_NUMBA", "0")
+    numba_env("0")
     assert PositionTable(1).backend == "numpy"
     for bad, match in (("cuda", "backend must be one of"), (None, "backend must be one of")):
         with pytest.raises(MRopeError, match=match):

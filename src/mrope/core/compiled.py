@@ -113,3 +113,16 @@ def nth_placeholders(ids, token_id, stop_id, ranks):  # noqa: ANN001, ANN201
                 k += 1
             count += 1
     return count
+
+
+#: :func:`nth_placeholders` compiled for int64 ids of any strides (a torch ``LongTensor``'s ``numpy()``),
+#: called without numba's dispatcher, whose type resolution costs microseconds in a cold cache (an
+#: engine's prompt); ids of another dtype raise ``TypeError`` (the dispatcher then serves them)
+nth_placeholders_int64 = nth_placeholders.compile(
+    (
+        numba.types.Array(numba.types.int64, 1, "A"),
+        numba.types.int64,
+        numba.types.int64,
+        numba.types.Array(numba.types.int64, 1, "A"),
+    )
+)

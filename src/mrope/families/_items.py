@@ -21,8 +21,7 @@ from ..core.blocks import (
     locate_items,
     starts_if_consecutive,
 )
-from ._grids import merge_divisor
-from .inputs import PromptItem
+from ._grids import grid_tokens, merge_divisor
 
 if TYPE_CHECKING:
     from ._base import Family
@@ -121,10 +120,14 @@ def find_offsets(
         return None
     rows = grids if type(grids) is list else grids.tolist()
     tokens = [t * (h // merge) * (w // merge) for t, h, w in rows]
-    scan = compiled_kernel("nth_placeholders", load=False)
+    scan = compiled_kernel("nth_placeholders_int64", load=False)
     if scan is not None:
         bound_index = np.array(item_bounds(tokens), dtype=np.int64)
-        found = scan(ids, token_id, -1 if refuse is None else refuse, bound_index)
+        stop = -1 if refuse is None else refuse
+        try:
+            found = scan(ids, token_id, stop, bound_index)
+        except TypeError:  # ids of another dtype: numba's dispatcher compiles the scan for it
+            found = compiled_kernel("nth_placeholders")(ids, token_id, stop, bound_index)
         return starts_if_consecutive(bound_index.tolist(), tokens) if found == sum(tokens) else None
     if refuse is not None and (ids == refuse).any():
         return None
@@ -134,20 +137,26 @@ def find_offsets(
     return locate_few(placeholder, tokens)
 
 
-def find_image_items(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[PromptItem] | None:
-    """The images of one prompt without videos as :class:`PromptItem` values (``items=`` of
-    :meth:`Family.positions`), each at the first of its placeholders, found by a scan: for an engine
-    that hands over grids but no offsets (SGLang's ``get_rope_index``), the cheapest input of a family
-    with a rule on items. None where the family has no such rule, the prompt holds a video
-    placeholder, or the images do not fit the placeholders: the grids as arrays then serve (or name
-    what is wrong)."""
-    if not family.rule_on_items or not images:
+def find_image_rows(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[BlockRow] | None:
+    """The blocks of one prompt of images only, found by one scan, for :func:`mrope.core.render_one_row`:
+    for an engine that hands over grids but no offsets (SGLang's ``get_rope_index``), the cheapest way
+    to a prompt's positions. ``ids``: a 1-D integer array; ``images``: (T, H, W) Python ints, as
+    ``tensor.tolist()`` gives them. The scan establishes what :meth:`Family.positions` checks of items
+    at offsets (each image's placeholders consecutive, in order, none left over), so the rows are built
+    with no second check. None where the family has no rule on items, the images are many or not three
+    positive ints each, the prompt holds a video placeholder, or the images do not fit the placeholders:
+    the grids as arrays then serve (or name what is wrong)."""
+    if not family.rule_on_items or not images or ids.ndim != 1 or ids.dtype.kind not in "iu":
         return None
     merge = family.spatial_merge_size
-    offsets = find_offsets(ids, family.image_token_id, images, merge, refuse=family.video_token_id)
-    if offsets is None:
+    try:
+        if any(type(value) is not int for grid in images for value in grid):
+            return None
+        grid_tokens(images, "image_grid_thw", merge, 1)
+    except (TypeError, ValueError):  # (MRopeError is a ValueError) a bad grid: the arrays name it
         return None
-    return [PromptItem("image", offset, grid) for offset, grid in zip(offsets, images, strict=True)]
+    offsets = find_offsets(ids, family.image_token_id, images, merge, refuse=family.video_token_id)
+    return None if offsets is None else rows_at(offsets, images, merge)
 
 
 def items_at(
@@ -166,8 +175,6 @@ def items_at(
     which the first and last must be ``token_id``. One Python step per item; the prompt is not
     scanned."""
     length = len(ids)
-    steps = interval if isinstance(interval, np.ndarray) else None
-    rows = []
     grid_list = grids if type(grids) is list else grids.tolist()
     for i, start in enumerate(offsets):
         t, h, w = grid_list[i]
@@ -186,8 +193,24 @@ def items_at(
                 f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
                 f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
             )
-        rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i], rounding))
-    return rows
+    return rows_at(offsets, grid_list, merge, interval, rounding)
+
+
+def rows_at(
+    offsets: list[int],
+    grids: list[list[int]],
+    merge: int,
+    interval: np.ndarray | float = 1.0,
+    rounding: int = 0,
+) -> list[BlockRow]:
+    """The blocks of items whose placeholders start at ``offsets`` (grid ``grids[i]`` before merging,
+    time step ``interval``, or ``interval[i]`` per item), as they are: the rows of :func:`items_at` once
+    it has checked them, or of items found by a scan."""
+    steps = interval if isinstance(interval, np.ndarray) else None
+    return [
+        (start, t, h // merge, w // merge, _UNIT_STEP if steps is None else steps[i], rounding)
+        for i, (start, (t, h, w)) in enumerate(zip(offsets, grids, strict=True))
+    ]
 
 
 def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:

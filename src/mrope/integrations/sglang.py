@@ -48,7 +48,8 @@ import numpy as np
 from .._backends import compiled_kernel, env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
-from ..families import Family, find_image_items, from_config
+from ..core import render_one_row
+from ..families import Family, find_image_rows, from_config
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import RunnerTable, runner_table
 
@@ -327,8 +328,8 @@ def _positions(
     family: Family, input_ids: Any, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any
 ) -> tuple[Any, Any]:
     """mrope's (position_ids (3, B, L), deltas (B, 1)) as SGLang returns them (int64, on the ids' device);
-    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views, its
-    images as items where the family has a rule on items (:func:`mrope.families.find_image_items`)."""
+    one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views; a prompt of
+    images only, found by one scan (:func:`mrope.families.find_image_rows`), straight to the render."""
     import torch
 
     if input_ids.shape[0] != 1 or not input_ids.is_cpu:
@@ -341,12 +342,12 @@ def _positions(
         )
         return positions.to(input_ids.dtype), deltas
     ids = input_ids.numpy()[0]
-    items = None
+    rows = None
     if video_grid_thw is None and second_per_grid_ts is None and image_grid_thw is not None:
         images = image_grid_thw.tolist() if hasattr(image_grid_thw, "tolist") else image_grid_thw
-        items = find_image_items(family, ids, images)
-    if items is not None:
-        positions, delta = family.positions(ids, items=items)
+        rows = find_image_rows(family, ids, images)
+    if rows is not None:
+        positions, delta = render_one_row(rows, len(ids), family.compat)
     else:
         positions, delta = family.positions(
             ids,

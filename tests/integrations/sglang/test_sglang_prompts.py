@@ -130,21 +130,27 @@ def test_other_models_keep_sglangs_function(served: None) -> None:
     assert plugin.stats()["prompts"] == 0 and plugin.stats()["fallback_prompts"] == 1
 
 
-def test_check_mode_raises_on_a_different_prompt(served: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Negative control: mrope's prompt positions shifted by one on the h row."""
+@pytest.mark.parametrize("name", ["images", "mixed"])
+def test_check_mode_raises_on_a_different_prompt(
+    served: None, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Negative control: mrope's prompt positions shifted by one on the h row, on either path (images
+    only: found by a scan and rendered; with a video: the family's positions)."""
     from sglang.srt.layers.rotary_embedding.mrope import MRotaryEmbedding
 
     plugin.enable("check")
-    config, inputs = _prompt("qwen2_5_vl", PARTS["images"])
-    cls = type(mrope.from_config(config))
-    served_function = cls.positions
+    config, inputs = _prompt("qwen2_5_vl", PARTS[name])
+    owner, attribute = (
+        (plugin, "render_one_row") if name == "images" else (type(mrope.from_config(config)), "positions")
+    )
+    served_function = getattr(owner, attribute)
 
     def shifted(*args: Any, **kwargs: Any) -> Any:
         positions, delta = served_function(*args, **kwargs)
         positions[1, -2] += 1
         return positions, delta
 
-    monkeypatch.setattr(cls, "positions", shifted)
+    monkeypatch.setattr(owner, attribute, shifted)
     with pytest.raises(MRopeError, match=r"mrope check: qwen2_5_vl prompt \(row 0 of the batch\), column"):
         MRotaryEmbedding.get_rope_index(*_qwen_args("qwen2_5_vl", config), **inputs)
 
