@@ -573,10 +573,14 @@ _RELEASE_0_32_0: dict[str, str | None] = {
 
 AUDITED: dict[str, dict[str, str | None]] = {
     "0.32.0": _RELEASE_0_32_0,
-    # 0.33.0: every target as in 0.32.0 but PaddleOCR-VL's field config (how pixel_values is batched);
-    # the Omni thinkers' code was not read in 0.33.0: its entry lacks them (they count as different)
+    # 0.33.0: every target as in 0.32.0 but PaddleOCR-VL's field config (how pixel_values is batched)
+    # and Qwen2.5-Omni's prompt updates (a video with its audio orders its placeholders by the processed
+    # second_per_grid_ts: the same offsets and counts, which are all mrope reads)
     "0.33.0": {
-        **{t: d for t, d in _RELEASE_0_32_0.items() if t not in (*_QWEN2_5_OMNI, *_QWEN3_OMNI)},
+        **_RELEASE_0_32_0,
+        _OMNI_2_5 + "Qwen2_5OmniThinkerMultiModalProcessor._get_prompt_updates": (
+            "20e10d717f35c829ad773121693b1a303eafcb510b8f151556622e19488b8489"
+        ),
         "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_mm_fields_config": (
             "5105e9bc542281e5caecd2bb33136a478e7b6a5e634d54244d07b34b573d7493"
         ),
