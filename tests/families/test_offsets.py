@@ -305,5 +305,6 @@ def test_video_time_is_kept_and_checked():
     assert family_of("qwen3_vl", video_time="float64").video_time == "float64"  # every family takes it
     with pytest.raises(MRopeError, match=r"video_time must be one of \('float32', 'float64'\)"):
         family_of("qwen2_5_vl", video_time="float16")
-    with pytest.raises(MRopeError, match="video_time='float64' .* not implemented for the Omni families"):
-        mrope.from_config(peers.transformers_omni_config("qwen3_omni_moe"), video_time="float64")
+    # the Omni thinkers: vLLM's rule under compat "vllm" and video_time "float64" (see test_omni.py)
+    omni = mrope.from_config(peers.transformers_omni_config("qwen3_omni_moe"), video_time="float64")
+    assert omni.vllm_rule and not omni.with_compat("transformers").vllm_rule

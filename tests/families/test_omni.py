@@ -2,7 +2,9 @@
 ``test_families.py``): Qwen2.5-Omni's chunked audio in video (a chunk boundary inside a frame, shared
 start and end positions), audio alone, the errors and config forms; Qwen3-Omni's float32 positions
 (fractional video time), audio in video merged by time, errors and config forms with
-position_id_per_seconds 25 (class default) and 13 (the checkpoints)."""
+position_id_per_seconds 25 (class default) and 13 (the checkpoints). Then vLLM's rule (compat "vllm",
+video_time "float64"; its match against vLLM's own code is in tests/integrations/vllm): integer
+positions, vLLM's interleaving, transformers' rule kept by every other setting."""
 
 import numpy as np
 import pytest
@@ -235,3 +237,84 @@ def test_qwen3_omni_config_forms():
             13,
             50,
         )
+
+
+# -- vLLM's rule (compat="vllm", video_time="float64") -----------------------------------------------
+VLLM = {"compat": "vllm", "video_time": "float64"}
+
+
+def test_the_rule_is_chosen_by_the_settings():
+    for config in (CONFIG_2_5, CONFIGS_3[13]):
+        assert mrope.from_config(config, **VLLM).vllm_rule
+        assert not mrope.from_config(config).vllm_rule  # compat "vllm", float32: transformers' (and SGLang's)
+        assert not mrope.from_config(config, compat="transformers", video_time="float64").vllm_rule
+        assert not mrope.from_config(config, **VLLM).with_compat("transformers").vllm_rule
+
+
+def test_qwen3_omni_vllm_positions_are_integers_and_fit_an_int64_table():
+    family = mrope.from_config(CONFIGS_3[13], **VLLM)
+    ids = [1, VS] + [VID] * 12 + [VS + 1, 2, 3]
+    kwargs = dict(video_grid_thw=[[3, 4, 4]], second_per_grid_ts=np.float32([1 / 3]))
+    positions, delta = family.positions(ids, **kwargs)
+    # trunc(k * (float32(1/3) * 13)) in float64: 0, 4, 8 (transformers: 0, 4.333.., 8.666..)
+    assert positions.dtype == np.int64 and type(delta) is int
+    assert positions[0, 2:14].tolist() == [2] * 4 + [6] * 4 + [10] * 4
+    assert positions[:, 14].tolist() == [11] * 3 and delta == 13 - len(ids) + 1
+    table = mrope.PositionTable(2)
+    table.add(0, family, ids, **kwargs)
+    out = np.zeros((3, len(ids)), dtype=np.int64)
+    table.fill(out, np.array([0]), np.array([0]), np.array([len(ids)]))
+    np.testing.assert_array_equal(out, positions)
+    with pytest.raises(mrope.MRopeError, match="float32 positions"):
+        table.add(1, FAMILIES_3[13], ids, **kwargs)  # transformers' rule: fractional
+    # no second_per_grid_ts: vLLM's 2 seconds per grid step (transformers' rule: 1)
+    positions, _ = family.positions(ids, video_grid_thw=[[3, 4, 4]])
+    assert positions[0, 2:14:4].tolist() == [2, 28, 54]
+
+
+def test_qwen3_omni_vllm_end_markers_follow_the_blocks_largest_position():
+    # frames at times 0 and 6 of 12 x 12 tokens, 8 audio tokens: frame 0, audio 0..5, frame 1, audio 6, 7;
+    # the block's largest position is a frame's h and w (2 + 11), past the last piece (audio 7 at 9)
+    family = mrope.from_config(CONFIGS_3[25], **VLLM)
+    seqlen = int(np.argmax(family.audio_tokens(np.arange(400)) == 8))
+    ids = [VS, AS] + [VID] * 144 + [AUD] * 6 + [VID] * 144 + [AUD] * 2 + [AS + 1, VS + 1]
+    kwargs = dict(video_grid_thw=[[2, 24, 24]], second_per_grid_ts=np.float32([0.25]), audio_seqlens=[seqlen])
+    positions, delta = family.positions(ids, use_audio_in_video=True, **kwargs)
+    assert positions[0, :3].tolist() == [0, 1, 2] and positions[2, 145] == 13  # frame 0 at base 2
+    assert positions[:, 146:152].tolist() == [list(range(2, 8))] * 3 and positions[0, 152] == 8  # frame 1
+    assert positions[:, 296:298].tolist() == [[8, 9]] * 3
+    assert positions[0, 298:].tolist() == [14, 15] and delta == 16 - len(ids)
+    theirs, _ = mrope.from_config(CONFIGS_3[25]).positions(ids, use_audio_in_video=True, **kwargs)
+    assert theirs[0, 298:].tolist() == [10, 11]  # transformers': after the last piece
+
+
+def test_qwen2_5_omni_vllm_chunks_from_the_audio_start_marker():
+    # tokens_per_second 25 (vLLM's default), 2 s per chunk: frames at 0, 25, 50 fall in buckets 0, 0, 1;
+    # the block starts at audio_start (stream 3, base 3) and holds the 12 video and 60 audio tokens:
+    # frames 0 and 1, audio 0..49, frame 2, audio 50..59; the last placeholder and the end markers follow
+    family = mrope.from_config(CONFIG_2_5, **VLLM)
+    seqlen = int(np.argmax(FAMILY_2_5.audio_tokens(np.arange(400)) == 60))
+    ids, nv, na = audio_in_video(3, 4, seqlen)
+    assert (nv, na) == (12, 60)
+    kwargs = dict(video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[1.0], audio_seqlens=[seqlen])
+    positions, delta = family.positions(ids, use_audio_in_video=True, **kwargs)
+    assert positions[:, :4].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]  # the markers too
+    assert positions[:, 6].tolist() == [3, 4, 4] and positions[0, 7] == 28  # frames 0 and 1
+    assert positions[:, 11].tolist() == [3] * 3 and positions[:, 60].tolist() == [52] * 3  # audio chunk 0
+    assert positions[0, 61:65].tolist() == [53] * 4 and positions[:, 74].tolist() == [62] * 3
+    assert positions[0, 75:].tolist() == [63, 64, 65, 66, 67] and delta == 68 - len(ids)
+    theirs, their_delta = FAMILY_2_5.positions(ids, use_audio_in_video=True, **kwargs)
+    assert their_delta != delta and theirs[0, 3] == 2  # transformers': audio_start at vision_start's
+
+
+def test_qwen2_5_omni_vllm_reads_tokens_per_second():
+    config = CONFIG_2_5.to_dict()
+    config["thinker_config"]["vision_config"]["tokens_per_second"] = 10
+    family = mrope.from_config(config, **VLLM)
+    assert family.time_rate == 10 and family.tokens_per_chunk == 20
+    assert mrope.from_config(config).time_rate == 25  # transformers' reads position_id_per_seconds
+    ids = [VS] + [VID] * 12 + [VS + 1]
+    positions, _ = family.positions(ids, video_grid_thw=[[3, 4, 4]], second_per_grid_ts=[0.7])
+    assert positions[0, 1:13:4].tolist() == [1, 8, 15]  # trunc(k * 7.0) in float64
+    with pytest.raises(mrope.MRopeError, match=r"tokens_per_second \* seconds_per_chunk must be >= 1"):
+        mrope.from_config(config, **VLLM, tokens_per_second=0.1)

@@ -548,6 +548,12 @@ class Family:
         return 1
 
     @property
+    def default_second_per_grid_ts(self) -> float:
+        """The seconds per grid step of a video given none (1.0; Qwen3-Omni under vLLM's rule: 2.0, as
+        vLLM's code assumes)."""
+        return 1.0
+
+    @property
     def time_rate(self) -> float:
         """Time index units per second of video (families that scale time: Qwen2.5-VL's
         ``tokens_per_second``, the Omni families' ``position_id_per_seconds``)."""
@@ -597,9 +603,9 @@ class Family:
 
     def check_seconds(self, given: list[float] | None, frames: Sequence[int]) -> None:
         """The rules of :meth:`check_second_per_grid_ts` on Python values: each video's seconds per grid
-        step (``given``; None: not given, 1 second each) in ``[0, LARGEST_POSITION]`` and, for families
-        that scale time, the time index of each video's last frame (``frames``: each video's T) no
-        further. One Python step per video."""
+        step (``given``; None: not given, :attr:`default_second_per_grid_ts` each) in ``[0,
+        LARGEST_POSITION]`` and, for families that scale time, the time index of each video's last frame
+        (``frames``: each video's T) no further. One Python step per video."""
         if given is not None:
             for i, x in enumerate(given):  # (NaN fails ``0 <= x``)
                 if not 0 <= x <= LARGEST_POSITION:
@@ -612,8 +618,9 @@ class Family:
         if not self.uses_second_per_grid_ts:
             return
         temporal, rate = self._video_temporal, self._time_rate
+        default = self.default_second_per_grid_ts
         for i, t in enumerate(frames):
-            x = 1.0 if given is None else given[i]
+            x = default if given is None else given[i]
             if (t // temporal - 1) * x * rate > LARGEST_POSITION:
                 raise MRopeError(
                     f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if given is None else ''}: video "

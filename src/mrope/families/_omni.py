@@ -14,6 +14,18 @@ counts against its grid or audio length. Each family then describes its items as
 new runs of text, and how one item's segments lie at a given base (:meth:`OmniFamily.item_blocks`).
 Placing them (bases, where text resumes, deltas) is :func:`mrope.core.place`'s, and the table is built
 by the shared :class:`~mrope.core.segments.SegmentBuilder`, as for every family.
+
+Two rules, chosen by the family's settings (:attr:`OmniFamily.vllm_rule`):
+
+- transformers' thinker code (the default, and under every setting but the one below; SGLang agrees);
+- vLLM's (``compat="vllm", video_time="float64"``, the settings of
+  :data:`mrope.integrations._vllm_inputs.VLLM_SETTINGS`: vLLM 0.32's ``get_mrope_input_positions`` of
+  each thinker). Every item is a grid block followed by text at ``max(block) + 1``, with integer time
+  ``trunc(k * (second_per_grid_ts * rate))`` in float64 (images: ``k * rate``) and integer positions
+  (Qwen3-Omni's too: an int64 result); audio is text; a video with its audio is interleaved as each
+  family's :meth:`OmniFamily.vllm_audio_in_video` says. The pair of settings names vLLM's arithmetic
+  for every family, so one setting serves vLLM's whole rule here. :meth:`OmniFamily.vllm_item_blocks`
+  writes it once for both thinkers.
 """
 
 from __future__ import annotations
@@ -26,7 +38,8 @@ import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
-from ..core.place import ItemBlocks
+from ..core.place import VIDEO_TIMES, ItemBlocks, frame_times, time_interval
+from ..core.segments import SegmentBuilder
 from ._base import Family
 from .inputs import ArrayLike, RequestInputs
 from .qwen2_vl import video_by_placeholder
@@ -70,14 +83,15 @@ class OmniFamily(Family):
         "audio_token_index": "audio_token_id",
     }
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.video_time != "float32":
-            raise MRopeError(
-                f"{self.model_type} follows transformers' thinker code, whose video time is float32: "
-                f"video_time={self.video_time!r} (vLLM's arithmetic) is not implemented for the Omni "
-                "families (vLLM's Omni positions differ in more than the time arithmetic)"
-            )
+    #: under vLLM's rule, where a video with its audio starts its interleaved block: at its first
+    #: placeholder (0), or one token early, at ``audio_start`` (1: Qwen2.5-Omni)
+    vllm_block_lead: ClassVar[int] = 0
+
+    @property
+    def vllm_rule(self) -> bool:
+        """Whether the family computes vLLM's positions (``compat="vllm", video_time="float64"``, see the
+        module docstring) rather than transformers'."""
+        return self.compat == "vllm" and self.video_time == "float64"
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -330,7 +344,10 @@ class OmniFamily(Family):
     def parse(self, inputs: RequestInputs) -> ItemBlocks:
         """The stream's items (images, videos, audios, videos with their audio), found and checked."""
         videos = inputs.videos
-        seconds = np.ones(len(videos)) if inputs.seconds is None else inputs.seconds.values
+        if inputs.seconds is None:
+            seconds = np.full(len(videos), self.default_second_per_grid_ts)
+        else:
+            seconds = inputs.seconds.values
         audio_tokens = np.zeros(0, dtype=np.int64) if inputs.audio_tokens is None else inputs.audio_tokens
         row_starts, row_lengths = inputs.rows()
         items = self.find_items(
@@ -342,13 +359,61 @@ class OmniFamily(Family):
             audio_tokens,
             inputs.use_audio_in_video,
         )
-        return self.item_blocks(items, inputs.images, videos, seconds)
+        blocks = self.vllm_item_blocks if self.vllm_rule else self.item_blocks
+        return blocks(items, inputs.images, videos, seconds)
 
     def item_blocks(
         self, items: Items, images: np.ndarray, videos: np.ndarray, seconds: np.ndarray
     ) -> ItemBlocks:
-        """The family's items as blocks for :func:`mrope.core.place`: spans, text cuts, and the layout
-        of one item at its base."""
+        """The family's items as blocks for :func:`mrope.core.place` under transformers' rule: spans,
+        text cuts, and the layout of one item at its base."""
+        raise NotImplementedError
+
+    # -- vLLM's rule ----------------------------------------------------------------------------------
+    def vllm_time_index(self, kind: int, frames: int, seconds: float) -> np.ndarray:
+        """Time index of each frame (int64, read-only) as vLLM computes it: ``trunc(k * (seconds *
+        rate))`` in float64 (images: 1 second), ``rate`` the family's :attr:`time_rate`."""
+        interval = time_interval(self.time_rate, np.float64(1.0 if kind == IMAGE else seconds), _FLOAT64)
+        return frame_times(frames, interval)
+
+    def vllm_item_blocks(
+        self, items: Items, images: np.ndarray, videos: np.ndarray, seconds: np.ndarray
+    ) -> ItemBlocks:
+        """The items as blocks under vLLM's rule: images and videos are grid blocks, a video with its
+        audio is :meth:`vllm_audio_in_video`'s block from :attr:`vllm_block_lead` tokens before its first
+        placeholder; audio alone is text. Text resumes at ``max(block) + 1`` after each."""
+        vision = (items.kind != AUDIO).nonzero()[0]
+        is_aiv = items.kind[vision] == AUDIO_IN_VIDEO
+        start = items.content[vision] - np.where(is_aiv, self.vllm_block_lead, 0)
+        end = start + items.num_vision[vision] + items.num_audio[vision]
+
+        def layout(n: int, base: int, out: SegmentBuilder) -> tuple[int, int]:
+            i = int(vision[n])
+            kind, first = int(items.kind[i]), int(start[n])
+            frames, height, width = self.item_grid(items, i, images, videos)
+            t = self.vllm_time_index(kind, frames, seconds[items.grid[i]] if kind != IMAGE else 1.0)
+            if kind == AUDIO_IN_VIDEO:
+                top = self.vllm_audio_in_video(out, first, base, t, height, width, int(items.num_audio[i]))
+                return top, top
+            out.add(first + np.arange(frames) * (height * width), base + t, base, width, 0)
+            top = base + max(int(t[-1]), height - 1, width - 1)
+            return top, top
+
+        return ItemBlocks(start, end, items.row[vision], layout)
+
+    def vllm_audio_in_video(
+        self,
+        out: SegmentBuilder,
+        start: int,
+        base: int,
+        t: np.ndarray,
+        height: int,
+        width: int,
+        num_audio: int,
+    ) -> int:
+        """Segments of a video interleaved with its audio under vLLM's rule, from stream index ``start``
+        at ``base`` (frame ``k`` at ``base + t[k]``, audio token ``j`` at ``base + j``); returns the
+        block's largest position."""
         raise NotImplementedError
 
     def item_grid(self, items: Items, i: int, images: np.ndarray, videos: np.ndarray) -> tuple[int, int, int]:
@@ -356,6 +421,31 @@ class OmniFamily(Family):
         grids = images if items.kind[i] == IMAGE else videos
         t, h, w = (int(x) for x in grids[items.grid[i]])
         return t, h // self.spatial_merge_size, w // self.spatial_merge_size
+
+
+_FLOAT64 = VIDEO_TIMES["float64"]
+
+
+def merge_by_time(
+    out: SegmentBuilder,
+    content: int,
+    base: Any,
+    t: np.ndarray,
+    audio: np.ndarray,
+    height: int,
+    width: int,
+) -> None:
+    """Segments of a video's frames and its audio tokens merged by time from stream index ``content``
+    (Qwen3-Omni, both rules): frame ``k`` (positions ``t[k]``, h and w from ``base``) comes before the
+    audio tokens of a larger time (``audio``: each token's position, ``base + j``), after those of a
+    smaller one. One segment per frame and per run of audio between frames."""
+    frames, plane, num_audio = t.size, height * width, audio.size
+    before = audio.searchsorted(t)  # audio tokens of a smaller time come before each frame
+    runs = np.concatenate([[0], before, [num_audio]])
+    run_start = content + np.arange(frames + 1) * plane + runs[:-1]
+    keep = runs[1:] > runs[:-1]
+    out.text(run_start[keep], base, origin=run_start[keep] - runs[:-1][keep])
+    out.add(content + np.arange(frames) * plane + before, t, base, width, 0)
 
 
 def _next_in_row(index: np.ndarray, row_starts: np.ndarray, row_ends: np.ndarray) -> np.ndarray:

@@ -12,6 +12,15 @@ in both ``compat`` modes, is followed by text at ``max(block) + 1``):
   units (video chunk, then audio chunk), and the two end markers share the position after the *last
   chunk's* maximum. A chunk boundary may fall inside a frame (transformers' chunker takes at most one
   boundary per token), which the table's ``origin`` row expresses.
+
+vLLM's rule (``compat="vllm", video_time="float64"``: :mod:`mrope.families._omni`) differs: its rate is
+``tokens_per_second`` (``vision_config.tokens_per_second``, 25 where absent) in place of
+``position_id_per_seconds``, video time ``trunc(k * (second_per_grid_ts * tokens_per_second))`` in
+float64, and a video with its audio is one block from ``audio_start`` on (``vision_start`` and
+``audio_start`` take consecutive positions): frames go into time buckets ``t // tokens_per_chunk``,
+and after each non-empty bucket's frames come the next ``tokens_per_chunk`` audio tokens, the rest of
+the audio after the last bucket; the block holds as many tokens as the video and audio placeholders,
+so its last placeholder and the two end markers are text after the block's largest position.
 """
 
 from __future__ import annotations
@@ -32,17 +41,25 @@ class Qwen2_5Omni(OmniFamily):
     default_mrope_sections = {"qwen2_5_omni_text": (16, 24, 24)}
 
     seconds_per_chunk: int | float
-    #: time units per interleaving chunk, ``int(position_id_per_seconds * seconds_per_chunk)``
+    #: vLLM's rate (``vision_config.tokens_per_second``, 25 where the config has none): its rule reads it
+    #: where transformers' reads ``position_id_per_seconds``
+    tokens_per_second: int | float = 25
+    vllm_block_lead = 1
+    #: time units per interleaving chunk, ``int(time_rate * seconds_per_chunk)``
     tokens_per_chunk: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.tokens_per_chunk = int(self.position_id_per_seconds * self.seconds_per_chunk)
+        self.tokens_per_chunk = int(self.time_rate * self.seconds_per_chunk)
         if self.tokens_per_chunk <= 0:
+            rate = "tokens_per_second" if self.vllm_rule else "position_id_per_seconds"
             raise MRopeError(
-                f"position_id_per_seconds * seconds_per_chunk must be >= 1, got "
-                f"{self.position_id_per_seconds} * {self.seconds_per_chunk}"
+                f"{rate} * seconds_per_chunk must be >= 1, got {self.time_rate} * {self.seconds_per_chunk}"
             )
+
+    @property
+    def time_rate(self) -> float:
+        return self.tokens_per_second if self.vllm_rule else self.position_id_per_seconds
 
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
         return ((seqlens - 1) // 2 + 1 - 2) // 2 + 1
@@ -126,6 +143,46 @@ class Qwen2_5Omni(OmniFamily):
         audio_max = base + num_audio - 1
         last_max = audio_max if audio_begin.size == chunks else video_max
         return last_max, max(video_max, audio_max), content + num_video + num_audio
+
+    def vllm_audio_in_video(
+        self,
+        out: SegmentBuilder,
+        start: int,
+        base: int,
+        t: np.ndarray,
+        height: int,
+        width: int,
+        num_audio: int,
+    ) -> int:
+        """vLLM's chunks (see the module docstring and :func:`_vllm_chunks`)."""
+        return _vllm_chunks(out, start, base, t, height, width, num_audio, self.tokens_per_chunk)
+
+
+def _vllm_chunks(
+    out: SegmentBuilder,
+    start: int,
+    base: int,
+    t: np.ndarray,
+    height: int,
+    width: int,
+    num_audio: int,
+    per_chunk: int,
+) -> int:
+    """Segments of vLLM's interleaved video and audio from stream index ``start``; returns the largest
+    position. Frame ``k`` lies in bucket ``t[k] // per_chunk``; non-empty bucket ``r`` (in order) is
+    followed by audio tokens ``r * per_chunk`` on (the next bucket's frames end that run), the last
+    run holding the rest of the audio."""
+    plane = height * width
+    bucket = t // per_chunk
+    rank = np.zeros(t.size, dtype=np.int64)  # of each frame's bucket among the non-empty ones
+    np.cumsum(bucket[1:] != bucket[:-1], out=rank[1:])
+    audio_before = np.minimum(rank * per_chunk, num_audio)
+    out.add(start + np.arange(t.size) * plane + audio_before, base + t, base, width, 0)
+    first = np.arange(int(rank[-1]) + 1) * per_chunk  # each bucket's first audio token
+    frames_through = rank.searchsorted(np.arange(first.size), side="right")
+    keep = first < num_audio
+    out.text(start + frames_through[keep] * plane + first[keep], base + first[keep])
+    return base + max(int(t[-1]), height - 1, width - 1, num_audio - 1)
 
 
 def _chunk_cuts(first_at_or_above, n: int, top: int, per_chunk: int) -> np.ndarray:

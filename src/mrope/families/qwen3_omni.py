@@ -15,6 +15,12 @@ The rule, as transformers' ``get_rope_index`` computes it (every block is follow
 Every sum is rounded to float32 in transformers' order (``base + offset`` once per token, the running
 base once per step), so the results are equal to the last bit. Positions are exact while they stay
 below 2**24.
+
+vLLM's rule (``compat="vllm", video_time="float64"``: :mod:`mrope.families._omni`) differs: positions
+are integers (int64), a frame's time ``trunc(k * (second_per_grid_ts * position_id_per_seconds))`` in
+float64, a video without ``second_per_grid_ts`` takes 2 seconds per grid step (vLLM's default), and
+after a video with its audio (merged by time as above, in integers) the two end markers follow the
+block's largest position, not its last piece's.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 
 from ..core.place import ItemBlocks
 from ..core.segments import SegmentBuilder
-from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily
+from ._omni import AUDIO, AUDIO_IN_VIDEO, IMAGE, Items, OmniFamily, merge_by_time
 
 f32 = np.float32
 
@@ -37,6 +43,10 @@ class Qwen3Omni(OmniFamily):
     rotary_layout = "interleaved"
 
     n_window: int = 50
+
+    @property
+    def default_second_per_grid_ts(self) -> float:
+        return 2.0 if self.vllm_rule else 1.0
 
     def audio_tokens(self, seqlens: np.ndarray) -> np.ndarray:
         chunk = self.n_window * 2
@@ -76,16 +86,24 @@ class Qwen3Omni(OmniFamily):
             plane = height * width
             if kind == AUDIO_IN_VIDEO:
                 audio = (st + np.arange(num_audio, dtype=np.float32)).astype(np.float32)
-                before = audio.searchsorted(t)  # audio tokens of a smaller time come before each frame
-                frame_start = content + np.arange(frames) * plane + before
-                runs = np.concatenate([[0], before, [num_audio]])
-                run_start = content + np.arange(frames + 1) * plane + runs[:-1]
-                keep = runs[1:] > runs[:-1]
-                out.text(run_start[keep], st, origin=run_start[keep] - runs[:-1][keep])
-                out.add(frame_start, t, st, width, 0)
+                merge_by_time(out, content, st, t, audio, height, width)
                 last = audio[-1] if audio[-1] >= t[-1] else video_max
                 return max(video_max, audio[-1]), last
             out.add(content + np.arange(frames) * plane, t, st, width, 0)
             return video_max, video_max
 
         return ItemBlocks(start, end, items.row, layout, floats=True, cuts=cuts)
+
+    def vllm_audio_in_video(
+        self,
+        out: SegmentBuilder,
+        start: int,
+        base: int,
+        t: np.ndarray,
+        height: int,
+        width: int,
+        num_audio: int,
+    ) -> int:
+        """Frames and audio tokens merged by time (a frame first on a tie), in integers."""
+        merge_by_time(out, start, base, base + t, base + np.arange(num_audio), height, width)
+        return base + max(int(t[-1]), height - 1, width - 1, num_audio - 1)

@@ -95,6 +95,43 @@ _GLM4V = (
 
 _QWEN3_ASR = (_MODELS + "qwen3_asr:Qwen3ASRForConditionalGeneration.get_mrope_input_positions",)
 
+# the Omni thinkers: the position rule and the feature reading it calls, the field config, and the
+# processor's prompt updates (where a video with its audio and both its features' offsets lie)
+_OMNI_2_5 = _MODELS + "qwen2_5_omni_thinker:"
+_OMNI_3 = _MODELS + "qwen3_omni_moe_thinker:"
+_OMNI_RULE = (
+    "get_mrope_input_positions",
+    "iter_mm_features",
+    "_get_audio_for_video_mapping",
+    "_compute_audio_token_count",
+    "_compute_interleaved_positions",
+)
+_OMNI_PROCESSOR = (
+    "_get_prompt_updates",
+    "_maybe_apply_prompt_updates",
+    "_derive_audio_from_video_placeholders",
+    "_postprocess_hf_mm_data",
+)
+_OMNI_FIELDS = (
+    _OMNI_2_5 + "_get_feature_tensor",
+    _OMNI_2_5 + "create_qwen2_5_omni_thinker_field_factory",
+    _OMNI_2_5 + "Qwen2_5OmniThinkerMultiModalProcessor._get_mm_fields_config",
+)
+_QWEN2_5_OMNI = (
+    *(_OMNI_2_5 + "Qwen2_5OmniThinkerForConditionalGeneration." + name for name in _OMNI_RULE),
+    *(_OMNI_2_5 + "Qwen2_5OmniThinkerMultiModalProcessor." + name for name in _OMNI_PROCESSOR),
+    _OMNI_2_5 + "Qwen2_5OmniThinkerMultiModalProcessor.omni_get_updates_use_audio_in_video",
+    _MODELS + "qwen2_audio:_get_feat_extract_output_lengths",
+    *_OMNI_FIELDS,
+)
+_QWEN3_OMNI = (
+    *(_OMNI_3 + "Qwen3OmniMoeThinkerForConditionalGeneration." + name for name in _OMNI_RULE),
+    *(_OMNI_3 + "Qwen3OmniMoeThinkerMultiModalProcessor." + name for name in _OMNI_PROCESSOR),
+    _OMNI_3 + "Qwen3OmniMoeThinkerMultiModalProcessor.get_updates_use_audio_in_video",
+    _OMNI_3 + "_get_feat_extract_output_lengths",
+    *_OMNI_FIELDS,
+)
+
 #: Per model type mrope serves in vLLM: vLLM's own position rule for it (whose output mrope
 #: reproduces), the field config (which fields survive ``strip_covered_mm_data``: the grids and video
 #: times are ``keep_on_cpu``) and the prompt updates (where a feature's offset points). A subclass's
@@ -188,6 +225,10 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
     "minicpmv4_6": (_MODELS + "minicpmv4_6:MiniCPMV4_6ForConditionalGeneration.get_mrope_input_positions",),
     "qwen3_asr": _QWEN3_ASR,
     "qwen3_asr_thinker": _QWEN3_ASR,
+    "qwen2_5_omni": _QWEN2_5_OMNI,
+    "qwen2_5_omni_thinker": _QWEN2_5_OMNI,
+    "qwen3_omni_moe": _QWEN3_OMNI,
+    "qwen3_omni_moe_thinker": _QWEN3_OMNI,
 }
 
 #: Every audited target: the machinery, then each family's (once each). A release is accepted when all
@@ -453,13 +494,93 @@ _RELEASE_0_32_0: dict[str, str | None] = {
     "vllm.model_executor.models.qwen3_asr:Qwen3ASRForConditionalGeneration.get_mrope_input_positions": (
         "e8739838cd300988545141dbbcc29a93ff77eb96cbec882784e5d833cae3c27a"
     ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "1a779aeac9e201ac115f5e6ce8285a0168cf54df4ed5e463728a2692697c13d0"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration.iter_mm_features": (  # noqa: E501
+        "afbb00578615dd5c80b8052061503183f14945ab0d2038e33770ffdb57424efd"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration._get_audio_for_video_mapping": (  # noqa: E501
+        "7e341c75e974250fadb8088eb4a7720cbf826b0c41ad16310bc0d25bc050e382"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration._compute_audio_token_count": (  # noqa: E501
+        "e04bbf3a404d10eb8b42a94b9026c614efb8995c5ce36e9cf9c161878514925f"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration._compute_interleaved_positions": (  # noqa: E501
+        "774e60b17497095e47e419e427b2c01ef91391169c881aa8dc18c0cf5d2bb73f"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor._get_prompt_updates": (  # noqa: E501
+        "ca5d9c16358cb656082f03d3912e31c998efe3e3d1d45c043ba91b9baa64ad63"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor._maybe_apply_prompt_updates": (  # noqa: E501
+        "7f6190afed5d1e748bcb53ef084967b9bd145e71cd35d06e13de926994dcc66c"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor._derive_audio_from_video_placeholders": (  # noqa: E501
+        "c6f855673d3d08475f1111def48b47eb7cd6941025810d250c99e839cd01daf0"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor._postprocess_hf_mm_data": (  # noqa: E501
+        "7521a93103f813084712218c243b1940df8a90a9504e3bf523e1d748a80ce958"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor.omni_get_updates_use_audio_in_video": (  # noqa: E501
+        "a2ed2d50fa674a3b1863de839918c61248b2216d96c54000ea78220b3d069e0a"
+    ),
+    "vllm.model_executor.models.qwen2_audio:_get_feat_extract_output_lengths": (
+        "3d895c2a09b39644f6733d6d8b506a1a5871b954f6a68b904051100d7205a4b6"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:_get_feature_tensor": (
+        "4e34f70a5e5e34dda3c633bcebcdf863278a21ee6b9bca77add3fe6219d163fa"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:create_qwen2_5_omni_thinker_field_factory": (
+        "bd45bccb1ef2ebb3ce4e2a2d4deb135dcd1d1d9c2a3beefc81d91980366029c2"
+    ),
+    "vllm.model_executor.models.qwen2_5_omni_thinker:Qwen2_5OmniThinkerMultiModalProcessor._get_mm_fields_config": (  # noqa: E501
+        "c1b20ea4dc2098846bbbec3c2e6b07377021fc3008aaba76087099751efa4e03"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration.get_mrope_input_positions": (  # noqa: E501
+        "ef61a4ee2cb7bf098bcf431e2da7d996e49c9f331e4dbccef1e6421cb0a4bdd4"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration.iter_mm_features": (  # noqa: E501
+        "34b7ee2ee8b20e711307e8c2e7ea21e4c304d8bc164138c90b3143dcdc3e724a"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration._get_audio_for_video_mapping": (  # noqa: E501
+        "1602c290352806f5b92227120049d10362c98d5755bc7e45f169bf2e9892a0d6"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration._compute_audio_token_count": (  # noqa: E501
+        "81482e58a517cbbd3f31c6bd9b61fde3d2c54452d127e6b45c3c639441eccb16"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration._compute_interleaved_positions": (  # noqa: E501
+        "fed42b5988358a2e425dde4fcd20b742d745cf4053f5fabe3522ed85997b31ce"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerMultiModalProcessor._get_prompt_updates": (  # noqa: E501
+        "547e54be2c6b514873de5464da2e7e4e0f4c2294e1499141d7bca5e52561e1d1"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerMultiModalProcessor._maybe_apply_prompt_updates": (  # noqa: E501
+        "16a6cf61d5b82d5567bc2bd854873f943715c6670d8b61233093b14dc094bcc5"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerMultiModalProcessor._derive_audio_from_video_placeholders": (  # noqa: E501
+        "8246a28e7e6dc01fbf6b70598c132d90535908355a1ad879e69b2faaab2645bb"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerMultiModalProcessor._postprocess_hf_mm_data": (  # noqa: E501
+        "5d4a30eaa1393355d455217f7bf4c3173a5ebab2a36a9ed94ce03ec924c48156"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerMultiModalProcessor.get_updates_use_audio_in_video": (  # noqa: E501
+        "5890dafee30c28c5025f0f80bc3b201546348070a622f9c8420f8da5f0336ce6"
+    ),
+    "vllm.model_executor.models.qwen3_omni_moe_thinker:_get_feat_extract_output_lengths": (
+        "0e7a72093dc556a2aa1bafcb641c018f437ce12721568b66a40ed414f2b47c38"
+    ),
 }
 
 AUDITED: dict[str, dict[str, str | None]] = {
     "0.32.0": _RELEASE_0_32_0,
     # 0.33.0: every target as in 0.32.0 but PaddleOCR-VL's field config (how pixel_values is batched)
+    # and Qwen2.5-Omni's prompt updates (a video with its audio orders its placeholders by the processed
+    # second_per_grid_ts: the same offsets and counts, which are all mrope reads)
     "0.33.0": {
         **_RELEASE_0_32_0,
+        _OMNI_2_5 + "Qwen2_5OmniThinkerMultiModalProcessor._get_prompt_updates": (
+            "20e10d717f35c829ad773121693b1a303eafcb510b8f151556622e19488b8489"
+        ),
         "vllm.model_executor.models.paddleocr_vl:PaddleOCRVLMultiModalProcessor._get_mm_fields_config": (
             "5105e9bc542281e5caecd2bb33136a478e7b6a5e634d54244d07b34b573d7493"
         ),

@@ -24,12 +24,18 @@ What the offset points at (vLLM 0.32's processors, checked against their ``_get_
 
 MiniCPM-V 4.6 and Qwen3-ASR position every token in order: their items give no inputs.
 
+The Omni thinkers (Qwen2.5-Omni, Qwen3-Omni) locate their items in the prompt (they take no offsets):
+their features give the grids, each video's ``second_per_grid_ts`` (the family's default where a video
+has none, as vLLM's code assumes: 1 s, Qwen3-Omni 2 s), each audio's ``audio_feature_lengths`` in
+offset order (an audio interleaved with its video has the video's offset, ``audio_start``) and the
+videos' shared ``use_audio_in_video`` (:func:`omni_inputs`).
+
 These are the offsets :meth:`mrope.Family.positions` takes (see its ``image_offsets`` and
 ``video_offsets``); the frame families find the frames in the prompt and check them against the offsets.
 
 :data:`VLLM_SETTINGS` are the family settings under which mrope's positions equal vLLM 0.32's own (the
 tests compare them element for element with vLLM's code). :func:`unsupported_reason` names the families
-whose rule in vLLM differs from mrope's in ways no setting covers.
+whose rule in vLLM differs from mrope's in ways no setting covers (none today).
 """
 
 from __future__ import annotations
@@ -47,34 +53,21 @@ from ..families.inputs import PromptItem
 
 #: settings (``from_config(config, **VLLM_SETTINGS)``) that reproduce vLLM 0.32's positions: compat
 #: "vllm" (text after a block at ``max(block) + 1``) and vLLM's float64 arithmetic of scaled video time
-#: (``int64(k * (second_per_grid_ts * tokens_per_second))``, Qwen2.5-VL)
+#: (``int64(k * (second_per_grid_ts * tokens_per_second))``, Qwen2.5-VL); for the Omni thinkers, vLLM's
+#: whole rule (integer positions, its interleaving of a video with its audio: :mod:`mrope.families._omni`)
 VLLM_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float64"}
-
-_OMNI_REASON = (
-    "vLLM 0.32's {model_type} positions follow vLLM's own rule, not transformers' (which mrope "
-    "implements): {detail}; vLLM's own path must compute them"
-)
-_OMNI_DETAILS = {
-    "qwen2_5_omni": (
-        "vLLM truncates video time in float64 (0.7 s per grid step, frame 2: 34, transformers 35), and "
-        "with use_audio_in_video it positions the interleaved video and audio from the audio start "
-        "marker on, one token early, where transformers gives the two start markers one position and "
-        "the two end markers another"
-    ),
-    "qwen3_omni_moe": (
-        "vLLM's positions are integers (video time truncated in float64) where transformers keeps "
-        "fractional float32 time indices"
-    ),
-}
 
 
 @functools.lru_cache(maxsize=64)  # per family object (settings do not change): admission asks each time
 def unsupported_reason(family: Family) -> str | None:
     """Why mrope cannot reproduce vLLM 0.32's positions for this family (None: it does, with
     :data:`VLLM_SETTINGS`)."""
-    if family.extra_inputs:  # the Omni families (audio)
-        base = "qwen3_omni_moe" if family.model_type.startswith("qwen3") else "qwen2_5_omni"
-        return _OMNI_REASON.format(model_type=family.model_type, detail=_OMNI_DETAILS[base])
+    if family.extra_inputs and not getattr(family, "vllm_rule", False):  # Omni, transformers' rule
+        return (
+            f"{family.model_type} computes transformers' Omni rule (compat={family.compat!r}, "
+            f"video_time={family.video_time!r}); vLLM's is compat='vllm', video_time='float64' "
+            "(VLLM_SETTINGS)"
+        )
     if family.model_type == "qwen2_vl":  # vLLM scales Qwen2-VL's video time by this, when a config has it
         vision = family.config.get("vision_config") or {}
         factor = vision.get("tokens_per_second", 1.0)
@@ -117,7 +110,53 @@ def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[
         raise MRopeError(reason)
     if not family.places_items:  # every token in order (MiniCPM-V 4.6, Qwen3-ASR): items give nothing
         return {}
+    if family.extra_inputs:  # the Omni thinkers: audio, and no offsets
+        return omni_inputs(family, mm_features)
     return _inputs_of(family, _read_features(family, mm_features))
+
+
+def omni_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
+    """The keyword inputs of an Omni thinker's request, read as vLLM 0.32's ``iter_mm_features`` reads
+    them: ``image_grid_thw``, ``video_grid_thw`` and ``second_per_grid_ts`` (the family's default where a
+    video has none) in offset order, ``audio_seqlens`` (each audio's ``audio_feature_lengths``, offset
+    order: an audio interleaved with its video has the video's offset) and ``use_audio_in_video`` (the
+    videos' shared field; vLLM pairs video ``i`` with audio ``i``, so it needs as many audios as
+    videos, as vLLM's processor does). The items are found in the prompt (no offsets)."""
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    seconds: list[float] = []
+    audio: list[int] = []
+    flags: set[bool] = set()
+    for _, modality, offset, data in _in_order(mm_features):
+        if modality == "image":
+            images.append(_grid(data.get("image_grid_thw"), "image_grid_thw", offset))
+        elif modality == "video":
+            videos.append(_grid(data.get("video_grid_thw"), "video_grid_thw", offset))
+            given = data.get("second_per_grid_ts")
+            seconds.append(family.default_second_per_grid_ts if given is None else float(given.data))
+            flag = data.get("use_audio_in_video")
+            flags.add(flag is not None and bool(_scalar(flag, "use_audio_in_video", offset)))
+        elif modality == "audio":
+            audio.append(int(_scalar(data.get("audio_feature_lengths"), "audio_feature_lengths", offset)))
+        else:
+            raise MRopeError(
+                f"{family.model_type} has no M-RoPE rule for a {modality!r} feature (at offset {offset})"
+            )
+    if len(flags) > 1:
+        raise MRopeError("use_audio_in_video differs between the request's videos (vLLM shares it)")
+    use_audio_in_video = flags == {True}
+    if use_audio_in_video and len(audio) != len(videos):
+        raise MRopeError(
+            f"use_audio_in_video with {len(videos)} videos and {len(audio)} audios: vLLM pairs video i "
+            "with audio i, and its processor needs as many of each"
+        )
+    return {
+        "image_grid_thw": np.array(images, dtype=np.int64) if images else None,
+        "video_grid_thw": np.array(videos, dtype=np.int64) if videos else None,
+        "second_per_grid_ts": np.array(seconds, dtype=np.float64) if videos else None,
+        "audio_seqlens": np.array(audio, dtype=np.int64) if audio else None,
+        "use_audio_in_video": use_audio_in_video,
+    }
 
 
 def admission_inputs(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
@@ -276,6 +315,20 @@ def _in_order(mm_features: Sequence[Any]) -> Iterator[tuple[Any, str, int, Any]]
                 "its grid is needed"
             )
         yield feature, modality, offset, data
+
+
+def _scalar(elem: Any, name: str, offset: int) -> int:
+    """The one integer (or bool) of a feature's ``name`` field element (None: missing), refused when it
+    is not one integer (a float is never truncated)."""
+    if elem is None:
+        raise MRopeError(f"the feature at offset {offset} has no {name}")
+    values = np.asarray(elem.data)
+    if values.size != 1 or values.dtype.kind not in "biu":
+        raise MRopeError(
+            f"the feature at offset {offset}'s {name} must be one integer, got {values.size} values of "
+            f"dtype {values.dtype}"
+        )
+    return int(values.reshape(-1)[0])
 
 
 def _grid(elem: Any, name: str, offset: int) -> list[int]:

@@ -164,6 +164,29 @@ CASES = {
         ),
         Case("minicpmv4_6", "minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration", "sequential"),
         Case("qwen3_asr", "qwen3_asr", "Qwen3ASRForConditionalGeneration", "audio", config=Qwen3ASRConfig),
+        # vLLM reads Qwen2.5-Omni's rate from vision_config.tokens_per_second (25 where absent), not
+        # position_id_per_seconds (25): 20 tells the two apart
+        Case(
+            "qwen2_5_omni_thinker",
+            "qwen2_5_omni_thinker",
+            "Qwen2_5OmniThinkerForConditionalGeneration",
+            "omni",
+            scales_time=True,
+            config=lambda: AutoConfig.for_model(
+                "qwen2_5_omni_thinker", vision_config={"tokens_per_second": 20}
+            ),
+        ),
+        # the checkpoints' rate (13) and audio end marker (vLLM's processor reads it; no default)
+        Case(
+            "qwen3_omni_moe_thinker",
+            "qwen3_omni_moe_thinker",
+            "Qwen3OmniMoeThinkerForConditionalGeneration",
+            "omni",
+            scales_time=True,
+            config=lambda: AutoConfig.for_model(
+                "qwen3_omni_moe_thinker", position_id_per_seconds=13, audio_end_token_id=AUDIO_START + 1
+            ),
+        ),
     ]
 }
 
@@ -228,6 +251,8 @@ _feature = feature_spec
 @st.composite
 def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
     case, cfg, m = setup.case, setup.config, setup.merge
+    if case.layout == "omni":
+        return draw(omni_requests(setup, max_items))
     ids: list[int] = []
     features: list[Any] = []
 
@@ -329,6 +354,79 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
     return Request(ids, features)
 
 
+def interleaved(setup: Setup, audio_tokens: int, grid: list[int], seconds: float) -> list[int]:
+    """A video with its audio as vLLM's Omni processor writes it: ``audio_start``, the video and audio
+    placeholders in the processor's order, ``audio_end`` (vLLM's own code; ``vision_start`` before it
+    and ``vision_end`` after it are the prompt's)."""
+    processors = importlib.import_module(f"vllm.model_executor.models.{setup.case.module}")
+    if setup.case.model_type.startswith("qwen2_5"):
+        updates = processors.Qwen2_5OmniThinkerMultiModalProcessor.omni_get_updates_use_audio_in_video
+        return updates(setup.config, audio_tokens, grid, seconds)
+    updates = processors.Qwen3OmniMoeThinkerMultiModalProcessor.get_updates_use_audio_in_video
+    return updates(None, setup.config, audio_tokens, grid, seconds)  # (reads no state of its own)
+
+
+@st.composite
+def omni_requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
+    """An Omni thinker's prompt as vLLM's processor lays it out: images and videos between
+    ``vision_start`` and ``vision_end``, audio between ``audio_start`` and ``audio_end`` (each feature's
+    offset at its first placeholder); with ``use_audio_in_video`` every video carries its audio,
+    interleaved (:func:`interleaved`; the video's and the audio's feature both at ``audio_start``) and no
+    audio stands alone. Videos draw their seconds (or none: vLLM's default), long ones of small frames
+    span several interleaving chunks."""
+    family, m = setup.family, setup.merge
+    markers = family.prompt_markers()
+    vision_end, audio_end = markers["vision_end_token_id"], markers["audio_end_token_id"]
+    use_audio_in_video = draw(st.booleans())
+    shared = {"use_audio_in_video": torch.tensor(use_audio_in_video)} if draw(st.booleans()) else {}
+    ids: list[int] = draw(st.lists(TEXT, max_size=5))
+    features: list[Any] = []
+    for _ in range(draw(st.integers(0, max_items))):
+        kind = draw(
+            st.sampled_from(["image", "video", "audio"] if not use_audio_in_video else ["image", "video"])
+        )
+        audio_length = draw(st.one_of(st.integers(3, 40), st.integers(3, 600)))
+        audio_tokens = int(setup.model._compute_audio_token_count(audio_length))
+        audio_data = {"audio_feature_lengths": torch.tensor(audio_length)}
+        if kind == "audio":
+            ids.append(family.audio_start_token_id)
+            features.append(_feature("audio", len(ids), audio_tokens, audio_data))
+            ids += [family.audio_token_id] * audio_tokens + [audio_end]
+        elif kind == "image":
+            t, h, w = draw(st.sampled_from([1, 1, 2])), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+            ids.append(family.vision_start_token_id)
+            features.append(
+                _feature("image", len(ids), t * h * w, {"image_grid_thw": torch.tensor([t, h * m, w * m])})
+            )
+            ids += [family.image_token_id] * (t * h * w) + [vision_end]
+        else:
+            long = draw(st.integers(0, 2)) == 0
+            frames = draw(st.integers(8, 30)) if long else draw(st.integers(1, 6))
+            h, w = (1, 1) if long else (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+            grid = [frames, h * m, w * m]
+            data = {"video_grid_thw": torch.tensor(grid), **shared}
+            seconds = family.default_second_per_grid_ts
+            if draw(st.integers(0, 5)) > 0:  # else vLLM's default
+                seconds = draw(SECONDS)
+                data["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
+            ids.append(family.vision_start_token_id)
+            if use_audio_in_video:
+                data["use_audio_in_video"] = torch.tensor(True)
+                tokens = interleaved(setup, audio_tokens, grid, float(np.float32(seconds)))
+                features.append(_feature("video", len(ids), len(tokens), data))
+                features.append(_feature("audio", len(ids), len(tokens), audio_data))
+                ids += tokens
+            else:
+                features.append(_feature("video", len(ids), frames * h * w, data))
+                ids += [family.video_token_id] * (frames * h * w)
+            ids.append(vision_end)
+        ids += draw(st.lists(TEXT, max_size=5))
+    if not ids:
+        ids = draw(st.lists(TEXT, min_size=1, max_size=5))
+    random.Random(draw(st.integers(0, 2**16))).shuffle(features)  # vLLM sorts them by offset itself
+    return Request(ids, features)
+
+
 # -- the comparison -----------------------------------------------------------------------------------
 def check(setup: Setup, request: Request) -> None:
     expected, expected_delta = setup.vllm_positions(request.ids, request.features)
@@ -396,17 +494,104 @@ def test_video_time_follows_vllms_float64_arithmetic():
     assert expected[0, 2 + 25] == 2 + 3 and positions[0, 2 + 25] == 2 + 4
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_5_omni", "qwen3_omni_moe"])
-def test_omni_families_are_left_to_vllm(model_type):
-    # the plugin's from_config refuses them (its runner then keeps vLLM's own path), and the inputs
-    # of a family built otherwise are refused with the reason
-    config = AutoConfig.for_model(model_type)
-    with pytest.raises(MRopeError, match="not implemented for the Omni families"):
-        mrope.from_config(config, **VLLM_SETTINGS)
-    family = mrope.from_config(config)
-    assert "vLLM's own path" in unsupported_reason(family)
-    with pytest.raises(MRopeError, match="vLLM's own path must compute them"):
-        inputs_from_mm_features(family, [])
+OMNI = ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
+
+
+@pytest.mark.parametrize("model_type", OMNI)
+def test_omni_families_take_vllms_rule_under_its_settings(model_type):
+    # the plugin's family (VLLM_SETTINGS) computes vLLM's rule; a family under transformers' rule (the
+    # default settings) is refused with the settings to use, and keeps transformers' positions
+    setup = setup_of(model_type)
+    assert setup.family.vllm_rule and unsupported_reason(setup.family) is None
+    default = mrope.from_config(setup.config)
+    assert "VLLM_SETTINGS" in unsupported_reason(default)
+    with pytest.raises(MRopeError, match="computes transformers' Omni rule"):
+        inputs_from_mm_features(default, [])
+    # a video of fractional times (Qwen3-Omni) or float64 time that differs (Qwen2.5-Omni): 0.7 s
+    family, m = setup.family, setup.merge
+    ids = [1000, family.vision_start_token_id] + [family.video_token_id] * 12 + [1001, 1002]
+    data = {"video_grid_thw": torch.tensor([12, m, m]), "second_per_grid_ts": torch.tensor(0.7)}
+    request = Request(ids, [_feature("video", 2, 12, data)])
+    check(setup, request)
+    expected, _ = setup.vllm_positions(request.ids, request.features)
+    theirs, _ = default.positions(ids, **inputs_from_mm_features(family, request.features))
+    assert not np.array_equal(theirs, expected)
+
+
+def omni_request(
+    setup: Setup, audio_lengths: list[int], use_audio_in_video: bool | None, side: int = 1, seconds: float = 0
+) -> Request:
+    """Text, one video of two ``side`` x ``side`` frames (``seconds`` per grid step; 0: none given) with
+    its audio (``use_audio_in_video``) or followed by its audios, as vLLM lays them out;
+    ``use_audio_in_video=None`` leaves the field out."""
+    family, m = setup.family, setup.merge
+    markers = family.prompt_markers()
+    grid = [2, side * m, side * m]
+    data = {"video_grid_thw": torch.tensor(grid)}
+    if seconds:
+        data["second_per_grid_ts"] = torch.tensor(seconds)
+    if use_audio_in_video is not None:
+        data["use_audio_in_video"] = torch.tensor(use_audio_in_video)
+    ids = [1000, family.vision_start_token_id]
+    features = [_feature("video", len(ids), 2 * side * side, data)]
+    tokens = [int(setup.model._compute_audio_token_count(n)) for n in audio_lengths]
+    if use_audio_in_video:
+        ids += interleaved(setup, tokens[0], grid, seconds or family.default_second_per_grid_ts)
+    else:
+        ids += [family.video_token_id] * (2 * side * side)
+    ids.append(markers["vision_end_token_id"])
+    for k, (n, count) in enumerate(zip(audio_lengths, tokens, strict=True)):
+        offset = 2 if use_audio_in_video and k == 0 else len(ids) + 1
+        features.append(_feature("audio", offset, count, {"audio_feature_lengths": torch.tensor(n)}))
+        if offset != 2:
+            ids += (
+                [family.audio_start_token_id]
+                + [family.audio_token_id] * count
+                + [markers["audio_end_token_id"]]
+            )
+    return Request(ids + [1001], features)
+
+
+@pytest.mark.parametrize("model_type", OMNI)
+@pytest.mark.parametrize("seconds", [0, 0.04, 2.5])
+@pytest.mark.parametrize("side", [1, 6])
+@pytest.mark.parametrize("audio_length", [3, 120])
+def test_omni_audio_in_video_edges(model_type, seconds, side, audio_length):
+    # a few audio tokens beside large frames (the block's largest position on h and w, past its last
+    # piece), frames close in time or far apart (empty interleaving chunks), vLLM's default seconds
+    setup = setup_of(model_type)
+    check(setup, omni_request(setup, [audio_length], True, side, seconds))
+
+
+@pytest.mark.parametrize("model_type", OMNI)
+def test_omni_bad_features_are_refused(model_type):
+    setup = setup_of(model_type)
+    check(setup, omni_request(setup, [40], True))  # (the request is good as built)
+    check(setup, omni_request(setup, [40, 60], None))  # no use_audio_in_video field: False, as in vLLM
+    # a video with its audio and a standalone audio: vLLM pairs by order, its processor refuses it
+    with pytest.raises(MRopeError, match="vLLM pairs video i with audio i"):
+        inputs_from_mm_features(setup.family, omni_request(setup, [40, 60], True).features)
+    # an audio without its feature length, or with a float one
+    request = omni_request(setup, [40], False)
+    request.features[1].data.pop("audio_feature_lengths")
+    with pytest.raises(MRopeError, match="has no audio_feature_lengths"):
+        admission_inputs(setup.family, request.features)
+    request = omni_request(setup, [40], False)
+    request.features[1].data["audio_feature_lengths"].data = torch.tensor(40.0)
+    with pytest.raises(MRopeError, match="audio_feature_lengths must be one integer"):
+        inputs_from_mm_features(setup.family, request.features)
+    # the prompt and the features disagree: audio tokens of another length, a video without its audio
+    request = omni_request(setup, [40], False)
+    request.features[1].data["audio_feature_lengths"].data = torch.tensor(80)
+    with pytest.raises(MRopeError, match="audio 0 .* needs"):
+        setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
+    request = omni_request(setup, [40], True)
+    request.features[0].data["use_audio_in_video"].data = torch.tensor(False)
+    with pytest.raises(MRopeError, match="use_audio_in_video is False"):
+        setup.family.positions(request.ids, **inputs_from_mm_features(setup.family, request.features))
+    # a modality the thinkers have no rule for
+    with pytest.raises(MRopeError, match="no M-RoPE rule for a 'image_embeds' feature"):
+        inputs_from_mm_features(setup.family, [_feature("image_embeds", 0, 1, {})])
 
 
 def test_features_without_data_are_refused():
@@ -421,7 +606,7 @@ def test_features_without_data_are_refused():
 
 
 # -- the models added for issue 19: served by the V1 runner, refused where vLLM refuses ---------------
-NEW_MODELS = ["keye", "keye_vl1_5", "openpangu_vl", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr"]
+NEW_MODELS = ["keye", "keye_vl1_5", "openpangu_vl", "bailing_moe_v3_vl", "minicpmv4_6", "qwen3_asr", *OMNI]
 
 
 class _Runner:
@@ -502,10 +687,6 @@ _QWEN_KIN = (
     "serves it (its model code was not audited)"
 )
 VLLM_UNSUPPORTED = {
-    "qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
-    "transformers' (which mrope implements): see _vllm_inputs.unsupported_reason",
-    "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration": "vLLM's Omni rule differs from "
-    "transformers' (integer positions): see _vllm_inputs.unsupported_reason",
     "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
     "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
     "per-marker positions), out of this family set",
