@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from mrope._backends import NUMBA_ENV, numba_allowed
+from mrope._backends import NUMBA_ENV, read_numba_env_again
 from support.peers import PeerSetup, peer_setup, require
 
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -43,18 +43,18 @@ def peer(request: pytest.FixtureRequest) -> PeerSetup:
 @pytest.fixture
 def numba_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str | None], None]]:
     """A function that sets ``MROPE_NUMBA`` for this test (``None``: unsets it) and has mrope read it again
-    (it reads it once per process: :func:`mrope._backends.numba_allowed`); put back afterwards."""
+    (it reads it once per process: :func:`mrope._backends.read_numba_env_again`); put back afterwards."""
 
     def set_numba(value: str | None) -> None:
         if value is None:
             monkeypatch.delenv(NUMBA_ENV, raising=False)
         else:
             monkeypatch.setenv(NUMBA_ENV, value)
-        numba_allowed.cache_clear()
+        read_numba_env_again()
 
     yield set_numba
     monkeypatch.undo()
-    numba_allowed.cache_clear()
+    read_numba_env_again()
 
 
 # packages a test module may need beyond numpy, pytest and hypothesis

@@ -40,8 +40,15 @@ def numba_allowed() -> bool:
     """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA`` is ``0``,
     ``false``, ``off`` or ``no``). Read once per process, when mrope first chooses a path: reading the
     environment costs some 10 us in a cold cache, more than a short call's whole work (an engine's
-    prompt); ``numba_allowed.cache_clear()`` makes mrope read it again."""
+    prompt); :func:`read_numba_env_again` reads it again."""
     return os.environ.get(NUMBA_ENV, "").strip().lower() not in OFF_VALUES
+
+
+def read_numba_env_again() -> None:
+    """Have mrope read ``MROPE_NUMBA`` again (it reads it once per process), for a caller that changed it:
+    the kernels handed out so far are chosen anew."""
+    numba_allowed.cache_clear()
+    _kernels.clear()
 
 
 @functools.cache
@@ -55,6 +62,9 @@ def _compiled_backend() -> Any:
 
 #: the module of mrope's numba backend (its kernels: :func:`compiled_kernel`)
 COMPILED_MODULE = "mrope.core.compiled"
+#: the kernels :func:`compiled_kernel` has handed out, by name: one dict read answers a short call (the
+#: checks below cost microseconds in a cold cache)
+_kernels: dict[str, Any] = {}
 
 
 def compiled_kernel(name: str, *, load: bool = True) -> Any:
@@ -62,10 +72,16 @@ def compiled_kernel(name: str, *, load: bool = True) -> Any:
     does not import or ``MROPE_NUMBA`` is off (the import is tried once per process). ``load=False``:
     ``None`` too while nothing has loaded that backend yet, so a short call never pays numba's import
     (a long render, a compiled serving step or an integration's ``enable`` loads it)."""
+    kernel = _kernels.get(name)
+    if kernel is not None:
+        return kernel
     if not numba_allowed() or (not load and COMPILED_MODULE not in sys.modules):
         return None
     backend = _compiled_backend()
-    return None if backend is None else getattr(backend, name)
+    if backend is None:
+        return None
+    kernel = _kernels[name] = getattr(backend, name)
+    return kernel
 
 
 def overlapping(shape: Any, strides: Any, itemsize: int = 1) -> bool:

@@ -56,17 +56,17 @@ def test_the_compiled_scan_locates_items_as_locate_few(ids, tokens):
 def test_a_short_call_never_loads_the_compiled_backend():
     """``compiled_kernel(..., load=False)`` is None until something loads numba's backend (a fresh
     process: nothing has), the kernel afterwards; None under ``MROPE_NUMBA=0`` whatever is loaded, which
-    mrope reads once per process (again after ``numba_allowed.cache_clear()``)."""
+    mrope reads once per process (again after ``read_numba_env_again()``)."""
     code = (
         "import sys, os\n"
-        "from mrope._backends import compiled_kernel, numba_allowed\n"
+        "from mrope._backends import compiled_kernel, read_numba_env_again\n"
         "assert compiled_kernel('nth_placeholders', load=False) is None\n"
         "assert 'numba' not in sys.modules\n"
         "assert compiled_kernel('nth_placeholders') is not None\n"
         "assert compiled_kernel('nth_placeholders', load=False) is not None\n"
         "os.environ['MROPE_NUMBA'] = '0'\n"
         "assert compiled_kernel('nth_placeholders') is not None  # read once per process\n"
-        "numba_allowed.cache_clear()\n"
+        "read_numba_env_again()\n"
         "assert compiled_kernel('nth_placeholders') is None\n"
         "assert compiled_kernel('nth_placeholders', load=False) is None\n"
     )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
-from mrope._backends import numba_allowed
+from mrope._backends import read_numba_env_again
 from mrope.core import COMPATS, render_one_row
 from mrope.families import Qwen2VL
 from mrope.families.inputs import PromptItem, items_as_inputs, split_items
@@ -72,12 +72,12 @@ def scan_by(scan: str) -> Iterator[None]:
         return
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MROPE_NUMBA", "0")
-        numba_allowed.cache_clear()  # (mrope reads it once per process)
+        read_numba_env_again()  # (mrope reads it once per process)
         try:
             yield
         finally:
             patch.undo()
-            numba_allowed.cache_clear()
+            read_numba_env_again()
 
 
 def outcome(call):

@@ -24,7 +24,9 @@ from __future__ import annotations
 import numba
 
 from .._numba_cache import cached_njit
-from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
+from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, render_formula
+
+NUM_FIELDS = len(FIELDS)
 
 _formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
 
@@ -95,6 +97,30 @@ def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
 
 
 @cached_njit(nogil=True, boundscheck=False)
+def render_layout(out, flat, length):  # noqa: ANN001, ANN201
+    """Positions (3, ``length``) of a one-row layout into ``out``: ``flat`` holds the fields of each
+    segment one after another (:attr:`mrope.core.OneRowLayout.flat` as an int64 array: text runs and
+    one-frame blocks, in stream order, the first at 0, none empty), each running to the next one's
+    start and the last to ``length``; :func:`render_table` over segment-major data."""
+    num = flat.shape[0] // NUM_FIELDS
+    for s in range(num):
+        at = s * NUM_FIELDS
+        start = flat[at + START]
+        end = flat[at + NUM_FIELDS + START] if s + 1 < num else length
+        write_run(
+            out,
+            start,
+            end - start,
+            start - flat[at + ORIGIN],
+            flat[at + WIDTH],
+            flat[at + T0],
+            flat[at + HW0],
+            flat[at + IS_TEXT],
+        )
+    return out
+
+
+@cached_njit(nogil=True, boundscheck=False)
 def nth_placeholders(ids, token_id, stop_id, ranks):  # noqa: ANN001, ANN201
     """One pass over ``ids`` (1-D): overwrites each of ``ranks`` (sorted, int64) with the stream index
     of the placeholder (``token_id``) of that rank (0 for the first), and returns how many placeholders
@@ -115,14 +141,19 @@ def nth_placeholders(ids, token_id, stop_id, ranks):  # noqa: ANN001, ANN201
     return count
 
 
+_INT64_ROW = numba.types.Array(numba.types.int64, 1, "A")
+
 #: :func:`nth_placeholders` compiled for int64 ids of any strides (a torch ``LongTensor``'s ``numpy()``),
 #: called without numba's dispatcher, whose type resolution costs microseconds in a cold cache (an
 #: engine's prompt); ids of another dtype raise ``TypeError`` (the dispatcher then serves them)
 nth_placeholders_int64 = nth_placeholders.compile(
+    (_INT64_ROW, numba.types.int64, numba.types.int64, _INT64_ROW)
+)
+#: :func:`render_layout` compiled for a C-contiguous ``out`` and ``flat``, called without the dispatcher
+render_layout_direct = render_layout.compile(
     (
-        numba.types.Array(numba.types.int64, 1, "A"),
+        numba.types.Array(numba.types.int64, 2, "C"),
+        numba.types.Array(numba.types.int64, 1, "C"),
         numba.types.int64,
-        numba.types.int64,
-        numba.types.Array(numba.types.int64, 1, "A"),
     )
 )

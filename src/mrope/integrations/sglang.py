@@ -332,7 +332,11 @@ def _positions(
     images only, found by one scan (:func:`mrope.families.find_image_rows`), straight to the render."""
     import torch
 
-    if input_ids.shape[0] != 1 or not input_ids.is_cpu:
+    try:  # (a CPU tensor's numpy view: its shape read there costs less than torch's)
+        batch = input_ids.numpy()
+    except (RuntimeError, TypeError):  # a device tensor, or one that needs grad
+        batch = None
+    if batch is None or batch.shape[0] != 1:
         positions, deltas = mrope_get_rope_index(
             family,
             input_ids,
@@ -341,7 +345,7 @@ def _positions(
             second_per_grid_ts=second_per_grid_ts,
         )
         return positions.to(input_ids.dtype), deltas
-    ids = input_ids.numpy()[0]
+    ids = batch[0]
     rows = None
     if video_grid_thw is None and second_per_grid_ts is None and image_grid_thw is not None:
         images = image_grid_thw.tolist() if hasattr(image_grid_thw, "tolist") else image_grid_thw
