@@ -5,10 +5,8 @@ PaddleOCR-VL) check and place them on Python values; the others convert them to 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -17,11 +15,11 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
-from mrope._backends import read_numba_env_again
 from mrope.core import COMPATS, render_one_row
 from mrope.families import Qwen2VL
 from mrope.families.inputs import PromptItem, items_as_inputs, split_items
 from mrope.serving import PositionTable
+from support.backends import BACKENDS, backend
 from support.offsets import assert_table_row, item_offsets
 from support.peers import as_numpy, require_module, transformers_rope_index
 from support.strategies import Image, Video, build_prompt, prompts, text
@@ -55,29 +53,6 @@ def items_of(family, prompt) -> list[PromptItem]:
         for o, g, s in zip(video_offsets, prompt.video_grid_thw, seconds, strict=True)
     ]
     return sorted(items, key=lambda item: item.offset)
-
-
-SCANS = ("compiled", "numpy")
-
-
-@contextlib.contextmanager
-def scan_by(scan: str) -> Iterator[None]:
-    """Find placeholders by mrope's compiled scan (its numba backend loaded) or by numpy
-    (``MROPE_NUMBA=0``): :func:`mrope.families.find_image_rows` takes either."""
-    if scan == "compiled":
-        require_module("numba")
-        import mrope.core.compiled  # noqa: F401  (loads the backend: the scan then takes it)
-
-        yield
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MROPE_NUMBA", "0")
-        read_numba_env_again()  # (mrope reads it once per process)
-        try:
-            yield
-        finally:
-            patch.undo()
-            read_numba_env_again()
 
 
 def outcome(call):
@@ -255,7 +230,7 @@ def test_seconds_to_a_family_that_does_not_scale_time():
         family.positions(prompt.input_ids, items=[video._replace(seconds=0.5)])
 
 
-@pytest.mark.parametrize("scan", SCANS)
+@pytest.mark.parametrize("scan", BACKENDS)
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
 def test_image_rows_found_by_a_scan_are_the_processors(name, scan, data):
@@ -265,7 +240,7 @@ def test_image_rows_found_by_a_scan_are_the_processors(name, scan, data):
     family = family_of(name)
     prompt = data.draw(prompts(family, max_images=3, max_videos=1), label="prompt")
     ids = np.array(prompt.input_ids, dtype=np.int64)
-    with scan_by(scan):
+    with backend(scan):
         found = mrope.families.find_image_rows(family, ids, [list(g) for g in prompt.image_grid_thw])
     if not family.rule_on_items or prompt.video_grid_thw or not prompt.image_grid_thw:
         assert found is None
@@ -277,13 +252,13 @@ def test_image_rows_found_by_a_scan_are_the_processors(name, scan, data):
     assert delta == expected[1]
 
 
-@pytest.mark.parametrize("scan", SCANS)
+@pytest.mark.parametrize("scan", BACKENDS)
 def test_image_rows_are_not_found_where_the_placeholders_or_grids_do_not_fit(scan):
     family = family_of("qwen2_vl")
     image, video = family.image_token_id, family.video_token_id
     grid = [[1, 4, 4]]  # 4 placeholders
     find = mrope.families.find_image_rows
-    with scan_by(scan):
+    with backend(scan):
         assert find(family, np.array([1, image, image, image, image, 2]), grid) == [(1, 1, 2, 2, 1.0, 0)]
         assert find(family, np.array([image] * 6), [[1, 4, 4], [1, 2, 4]]) == [
             (0, 1, 2, 2, 1.0, 0),
@@ -302,9 +277,9 @@ def test_image_rows_are_not_found_where_the_placeholders_or_grids_do_not_fit(sca
         ([1, image, image, image, image, 2], [[1, 4.0, 4]]),  # not ints
         ([1, image, image, image, image, 2], [[1, 4]]),  # not (T, H, W)
     ):
-        with scan_by(scan):
+        with backend(scan):
             assert find(family, np.array(ids), grids) is None, (ids, grids)
         with pytest.raises(MRopeError):
             family.positions(ids, image_grid_thw=grids)  # (what the arrays then say)
-    with scan_by(scan):
+    with backend(scan):
         assert find(family, np.array([1.0, image, image, image, image, 2.0]), grid) is None  # float ids
