@@ -2,7 +2,7 @@
 (:func:`find_segment`), the render of a run of tokens of one segment (:func:`write_run`), the decode tail
 (:func:`write_tail`), and the compiled render of every token of a segment table in one pass, which the
 compiled serving step (:mod:`mrope.serving._compiled`) shares; beside them, the one-pass scan for a few
-items' placeholders (:func:`nth_placeholders`), how the one-prompt path finds its data where the
+items' placeholders (:func:`item_starts`), how the one-prompt path finds its data where the
 compiled backend is loaded.
 
 :func:`mrope.core.render_all` renders with about twenty numpy passes over the stream (a running
@@ -121,34 +121,39 @@ def render_layout(out, flat, length):  # noqa: ANN001, ANN201
 
 
 @cached_njit(nogil=True, boundscheck=False)
-def nth_placeholders(ids, token_id, stop_id, ranks):  # noqa: ANN001, ANN201
-    """One pass over ``ids`` (1-D): overwrites each of ``ranks`` (sorted, int64) with the stream index
-    of the placeholder (``token_id``) of that rank (0 for the first), and returns how many placeholders
-    there are, or -1 at the first ``stop_id`` (a token that rules out the caller's path). Ranks past
-    the last placeholder are left as they were. The same indices as ``flatnonzero(ids == token_id)
-    [ranks]`` without building that array: :func:`mrope.core.blocks.starts_if_consecutive` reads them."""
-    count = 0
-    k = 0
+def item_starts(ids, token_id, stop_id, counts):  # noqa: ANN001, ANN201
+    """One pass over ``ids`` (1-D) for items of ``counts[i]`` placeholders (``token_id``) each, in order:
+    True when each item's placeholders are consecutive and none are left over, ``counts`` then
+    overwritten with each item's first index; False otherwise, or at the first ``stop_id`` (a token that
+    rules out the caller's path). The compiled form of :func:`mrope.core.blocks.locate_few`'s rule."""
+    num = counts.shape[0]
+    k = 0  # the item the next placeholder belongs to
+    taken = 0  # its placeholders seen so far
+    first = previous = -1
     for i in range(ids.shape[0]):
         token = ids[i]
         if token == stop_id:
-            return -1
+            return False
         if token == token_id:
-            while k < ranks.shape[0] and ranks[k] == count:
-                ranks[k] = i
+            if k == num or (taken and i != previous + 1):
+                return False  # a placeholder left over, or an item's placeholders not consecutive
+            if not taken:
+                first = i
+            taken += 1
+            previous = i
+            if taken == counts[k]:
+                counts[k] = first
                 k += 1
-            count += 1
-    return count
+                taken = 0
+    return k == num
 
 
 _INT64_ROW = numba.types.Array(numba.types.int64, 1, "A")
 
-#: :func:`nth_placeholders` compiled for int64 ids of any strides (a torch ``LongTensor``'s ``numpy()``),
-#: called without numba's dispatcher, whose type resolution costs microseconds in a cold cache (an
-#: engine's prompt); ids of another dtype raise ``TypeError`` (the dispatcher then serves them)
-nth_placeholders_int64 = nth_placeholders.compile(
-    (_INT64_ROW, numba.types.int64, numba.types.int64, _INT64_ROW)
-)
+#: :func:`item_starts` compiled for int64 ids of any strides (a torch ``LongTensor``'s ``numpy()``), called
+#: without numba's dispatcher, whose type resolution costs microseconds in a cold cache (an engine's
+#: prompt); ids of another dtype raise ``TypeError`` (the dispatcher then serves them)
+item_starts_int64 = item_starts.compile((_INT64_ROW, numba.types.int64, numba.types.int64, _INT64_ROW))
 #: :func:`render_layout` compiled for a C-contiguous ``out`` and ``flat``, called without the dispatcher
 render_layout_direct = render_layout.compile(
     (

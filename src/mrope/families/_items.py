@@ -16,10 +16,8 @@ from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
 from ..core.blocks import (
     FEW_ITEMS,
     empty_blocks,
-    item_bounds,
     locate_few,
     locate_items,
-    starts_if_consecutive,
 )
 from ._grids import grid_tokens, merge_divisor
 
@@ -115,20 +113,20 @@ def find_offsets(
     the offsets :func:`items_at` takes. None when the items are many, do not fit the placeholders or
     the prompt holds ``refuse`` (a token that rules this path out; the vectorized :func:`token_blocks`
     then serves, or names the bad item). One compiled pass where mrope's numba backend is loaded
-    (:func:`mrope.core.compiled.nth_placeholders`), a few numpy calls otherwise."""
+    (:func:`mrope.core.compiled.item_starts`), a few numpy calls otherwise (:func:`locate_few`)."""
     if len(grids) > FEW_ITEMS:
         return None
     rows = grids if type(grids) is list else grids.tolist()
     tokens = [t * (h // merge) * (w // merge) for t, h, w in rows]
-    scan = compiled_kernel("nth_placeholders_int64", load=False)
+    scan = compiled_kernel("item_starts_int64", load=False)
     if scan is not None:
-        bound_index = np.array(item_bounds(tokens), dtype=np.int64)
+        starts = np.array(tokens, dtype=np.int64)  # (each item's count, overwritten with its start)
         stop = -1 if refuse is None else refuse
         try:
-            found = scan(ids, token_id, stop, bound_index)
+            fits = scan(ids, token_id, stop, starts)
         except TypeError:  # ids of another dtype: numba's dispatcher compiles the scan for it
-            found = compiled_kernel("nth_placeholders")(ids, token_id, stop, bound_index)
-        return starts_if_consecutive(bound_index.tolist(), tokens) if found == sum(tokens) else None
+            fits = compiled_kernel("item_starts")(ids, token_id, stop, starts)
+        return starts.tolist() if fits else None
     if refuse is not None and (ids == refuse).any():
         return None
     placeholder = np.flatnonzero(ids == token_id)

@@ -144,9 +144,9 @@ def _load_prompt_scan() -> None:
     that the prompts find their images by it (:func:`mrope.families.find_offsets`) and no request
     pays the load; where it fails, the numpy scan serves."""
     try:
-        scan = compiled_kernel("nth_placeholders")
+        scan = compiled_kernel("item_starts_int64")
         if scan is not None:
-            scan(np.zeros(1, dtype=np.int64), 0, -1, np.zeros(1, dtype=np.int64))
+            scan(np.zeros(1, dtype=np.int64), 0, -1, np.ones(1, dtype=np.int64))
     except Exception as error:  # nothing mrope does may fail the engine
         _fall_back("the compiled prompt scan", error)
 
