@@ -23,17 +23,12 @@ from mrope.core import (
 from mrope.core.place import COMPATS
 from mrope.core.workspace import arrays
 from support import peers
-from support.backends import BACKENDS, backend
 from support.peers import require
 from support.reference import stream_positions
 from support.strategies import streams
 
 compats = pytest.mark.parametrize("compat", COMPATS)
-#: one-row streams, half of them of one-frame blocks only (images: the compiled render's case)
-one_rows = st.one_of(
-    streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False, max_frames=1),
-    streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False),
-)
+one_rows = streams(max_rows=1, max_blocks=FEW_BLOCKS, padding=False)
 
 
 def _vectorized(stream, compat):
@@ -41,10 +36,9 @@ def _vectorized(stream, compat):
     return render_all(build_segments(placed, stream.length)), int(placed.delta[0])
 
 
-@pytest.mark.parametrize("path", BACKENDS)
 @compats
 @given(stream=one_rows, float64=st.booleans())
-def test_one_row_equals_vectorized(path, compat, stream, float64):
+def test_one_row_equals_vectorized(compat, stream, float64):
     if float64:  # vLLM's time arithmetic: both paths compute in the interval's dtype
         stream = dataclasses.replace(
             stream,
@@ -52,9 +46,8 @@ def test_one_row_equals_vectorized(path, compat, stream, float64):
         )
     expected, expected_delta = _vectorized(stream, compat)
     context = f"compat={compat}, float64={float64}: {stream.describe()}"
-    with backend(path):  # (one-frame blocks: the compiled render of the layout where numba is loaded)
-        positions, delta = render_one_row(block_rows(stream.blocks), stream.length, compat)
-    np.testing.assert_array_equal(positions, expected, err_msg=f"{path}, {context}", strict=True)
+    positions, delta = render_one_row(block_rows(stream.blocks), stream.length, compat)
+    np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
     assert delta == expected_delta, f"delta {delta} != {expected_delta}: {context}"
     table, delta = segments_one_row(block_rows(stream.blocks), stream.length, compat)
     np.testing.assert_array_equal(render_all(table), expected, err_msg=f"segments, {context}", strict=True)

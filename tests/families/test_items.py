@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
-from mrope.core import COMPATS, render_one_row
+from mrope.core import COMPATS
 from mrope.families import Qwen2VL
-from mrope.families.inputs import PromptItem, items_as_inputs, split_items
+from mrope.families.inputs import PromptItem, items_as_inputs
 from mrope.serving import PositionTable
 from support.backends import BACKENDS, backend
 from support.offsets import assert_table_row, item_offsets
@@ -230,43 +230,45 @@ def test_seconds_to_a_family_that_does_not_scale_time():
         family.positions(prompt.input_ids, items=[video._replace(seconds=0.5)])
 
 
-@pytest.mark.parametrize("scan", BACKENDS)
+@pytest.mark.parametrize("path", BACKENDS)
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-def test_image_rows_found_by_a_scan_are_the_processors(name, scan, data):
-    """:func:`find_image_rows` (SGLang's prompts: grids, no offsets): the blocks of the items a processor
-    records, checked as items are, for a family with a rule on items and a prompt of images only; None
-    otherwise (the arrays serve). Rendered, the array path's positions. By either scan."""
+def test_image_positions_found_by_a_scan_are_the_arrays(name, path, data):
+    """:func:`find_image_positions` (SGLang's prompts: grids, no offsets): the positions and delta of the
+    array inputs, for a family with a rule on items and a prompt of images only (of one frame: the
+    compiled pass where numba is loaded; of several: the rows at the offsets found); None otherwise
+    (the arrays serve). Under either backend."""
     family = family_of(name)
     prompt = data.draw(prompts(family, max_images=3, max_videos=1), label="prompt")
     ids = np.array(prompt.input_ids, dtype=np.int64)
-    with backend(scan):
-        found = mrope.families.find_image_rows(family, ids, [list(g) for g in prompt.image_grid_thw])
+    with backend(path):
+        found = mrope.families.find_image_positions(family, ids, [list(g) for g in prompt.image_grid_thw])
     if not family.rule_on_items or prompt.video_grid_thw or not prompt.image_grid_thw:
         assert found is None
         return
-    assert found == family.item_rows(ids, split_items(items_of(family, prompt))), prompt.describe()
+    assert found is not None, prompt.describe()
     expected = family.positions(ids, image_grid_thw=prompt.image_grid_thw)
-    positions, delta = render_one_row(found, len(ids), family.compat)
-    np.testing.assert_array_equal(positions, expected[0])
-    assert delta == expected[1]
+    np.testing.assert_array_equal(found[0], expected[0], err_msg=prompt.describe())
+    assert found[1] == expected[1]
 
 
-@pytest.mark.parametrize("scan", BACKENDS)
-def test_image_rows_are_not_found_where_the_placeholders_or_grids_do_not_fit(scan):
+@pytest.mark.parametrize("path", BACKENDS)
+def test_image_positions_are_not_found_where_the_placeholders_or_grids_do_not_fit(path):
     family = family_of("qwen2_vl")
     image, video = family.image_token_id, family.video_token_id
     grid = [[1, 4, 4]]  # 4 placeholders
-    find = mrope.families.find_image_rows
-    with backend(scan):
-        assert find(family, np.array([1, image, image, image, image, 2]), grid) == [(1, 1, 2, 2, 1.0, 0)]
-        assert find(family, np.array([image] * 6), [[1, 4, 4], [1, 2, 4]]) == [
-            (0, 1, 2, 2, 1.0, 0),
-            (4, 1, 1, 2, 1.0, 0),
-        ]  # two images back to back: one run of placeholders
-        assert find(family, np.array([1, image, image, image, image, 2], dtype=np.int32), grid) == [
-            (1, 1, 2, 2, 1.0, 0)
-        ]  # ids of another dtype
+    find = mrope.families.find_image_positions
+    for ids, grids in (
+        ([1, image, image, image, image, 2], grid),
+        ([image] * 6, [[1, 4, 4], [1, 2, 4]]),  # two images back to back: one run of placeholders
+        ([1] + [image] * 8 + [2], [[2, 4, 4]]),  # an image of two frames
+    ):
+        expected = family.positions(ids, image_grid_thw=grids)
+        for dtype in (np.int64, np.int32):  # (ids other than int64: numba's dispatcher)
+            with backend(path):
+                positions, delta = find(family, np.array(ids, dtype=dtype), grids)
+            np.testing.assert_array_equal(positions, expected[0])
+            assert delta == expected[1]
     for ids, grids in (
         ([1, image, image, image, 2], grid),  # too few
         ([1, image, image, image, image, image], grid),  # too many
@@ -277,9 +279,9 @@ def test_image_rows_are_not_found_where_the_placeholders_or_grids_do_not_fit(sca
         ([1, image, image, image, image, 2], [[1, 4.0, 4]]),  # not ints
         ([1, image, image, image, image, 2], [[1, 4]]),  # not (T, H, W)
     ):
-        with backend(scan):
+        with backend(path):
             assert find(family, np.array(ids), grids) is None, (ids, grids)
         with pytest.raises(MRopeError):
             family.positions(ids, image_grid_thw=grids)  # (what the arrays then say)
-    with backend(scan):
+    with backend(path):
         assert find(family, np.array([1.0, image, image, image, image, 2.0]), grid) is None  # float ids

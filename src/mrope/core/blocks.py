@@ -150,6 +150,9 @@ def locate_items(
 
 
 FEW_ITEMS = 8  # up to this many items, a Python loop costs less than numpy's per-call overhead
+#: what a compiled scan (:mod:`mrope.core.compiled`) returns in place of a delta where the items do not fit
+#: their placeholders (no delta is this small)
+NO_FIT = -(1 << 62)
 
 
 def locate_few(placeholder_index: np.ndarray, tokens: list[int]) -> list[int] | None:

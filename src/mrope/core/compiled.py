@@ -22,13 +22,16 @@ the formula's and the field rows it bakes in), so a change to any of them compil
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from .._numba_cache import cached_njit
-from .segments import FIELDS, HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, render_formula
-
-NUM_FIELDS = len(FIELDS)
+from .blocks import NO_FIT
+from .place import place_block, row_delta
+from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
 
 _formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
+_place_block = numba.njit(inline="always")(place_block)
+_row_delta = numba.njit(inline="always")(row_delta)
 
 
 @numba.njit(inline="always")
@@ -97,30 +100,6 @@ def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
 
 
 @cached_njit(nogil=True, boundscheck=False)
-def render_layout(out, flat, length):  # noqa: ANN001, ANN201
-    """Positions (3, ``length``) of a one-row layout into ``out``: ``flat`` holds the fields of each
-    segment one after another (:attr:`mrope.core.OneRowLayout.flat` as an int64 array: text runs and
-    one-frame blocks, in stream order, the first at 0, none empty), each running to the next one's
-    start and the last to ``length``; :func:`render_table` over segment-major data."""
-    num = flat.shape[0] // NUM_FIELDS
-    for s in range(num):
-        at = s * NUM_FIELDS
-        start = flat[at + START]
-        end = flat[at + NUM_FIELDS + START] if s + 1 < num else length
-        write_run(
-            out,
-            start,
-            end - start,
-            start - flat[at + ORIGIN],
-            flat[at + WIDTH],
-            flat[at + T0],
-            flat[at + HW0],
-            flat[at + IS_TEXT],
-        )
-    return out
-
-
-@cached_njit(nogil=True, boundscheck=False)
 def item_starts(ids, token_id, stop_id, counts):  # noqa: ANN001, ANN201
     """One pass over ``ids`` (1-D) for items of ``counts[i]`` placeholders (``token_id``) each, in order:
     True when each item's placeholders are consecutive and none are left over, ``counts`` then
@@ -148,17 +127,49 @@ def item_starts(ids, token_id, stop_id, counts):  # noqa: ANN001, ANN201
     return k == num
 
 
+@cached_njit(nogil=True, boundscheck=False)
+def image_positions(ids, token_id, stop_id, grids, merge, out):  # noqa: ANN001, ANN201
+    """Positions (3, ``len(ids)``) into ``out`` of one prompt of one-frame images (``grids`` (n, 3), T = 1,
+    before the spatial ``merge``) found in ``ids`` by :func:`item_starts`' scan, and the delta; ``NO_FIT``
+    where they do not fit their placeholders (or at ``stop_id``). One pass: the place of
+    :func:`mrope.core.place.place_rows` (:func:`~mrope.core.place.place_block`, :func:`~mrope.core.place
+    .row_delta`) and the render of :func:`write_run`, for an engine's prompt in a cold cache."""
+    num = grids.shape[0]
+    starts = np.empty(num, dtype=np.int64)
+    for k in range(num):
+        starts[k] = (grids[k, 1] // merge) * (grids[k, 2] // merge)
+    if not item_starts(ids, token_id, stop_id, starts):
+        return NO_FIT
+    shift, reach, col = 0, -1, 0
+    for k in range(num):
+        start, height, width = starts[k], grids[k, 1] // merge, grids[k, 2] // merge
+        if start > col:  # the text before it
+            write_run(out, col, start - col, 0, 1, col + shift, col + shift, 1)
+        # one frame: text resumes max(H', W') after the base in both conventions (text_advance)
+        extent = height if height > width else width
+        base, shift, reach = _place_block(start, height * width, extent, extent, shift, reach)
+        col = write_run(out, start, height * width, 0, width, base, base, 0)
+    length = ids.shape[0]
+    if length > col:
+        write_run(out, col, length - col, 0, 1, col + shift, col + shift, 1)
+    return _row_delta(length, shift, reach)
+
+
 _INT64_ROW = numba.types.Array(numba.types.int64, 1, "A")
 
 #: :func:`item_starts` compiled for int64 ids of any strides (a torch ``LongTensor``'s ``numpy()``), called
 #: without numba's dispatcher, whose type resolution costs microseconds in a cold cache (an engine's
 #: prompt); ids of another dtype raise ``TypeError`` (the dispatcher then serves them)
 item_starts_int64 = item_starts.compile((_INT64_ROW, numba.types.int64, numba.types.int64, _INT64_ROW))
-#: :func:`render_layout` compiled for a C-contiguous ``out`` and ``flat``, called without the dispatcher
-render_layout_direct = render_layout.compile(
+#: :func:`image_positions` compiled for int64 ids of any strides and C-contiguous grids and ``out``, called
+#: without the dispatcher (ids of another dtype raise ``TypeError``)
+image_positions_int64 = image_positions.compile(
     (
-        numba.types.Array(numba.types.int64, 2, "C"),
-        numba.types.Array(numba.types.int64, 1, "C"),
+        _INT64_ROW,
         numba.types.int64,
+        numba.types.int64,
+        numba.types.Array(numba.types.int64, 2, "C"),
+        numba.types.int64,
+        numba.types.Array(numba.types.int64, 2, "C"),
     )
 )

@@ -17,7 +17,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backends import compiled_kernel
 from .blocks import BlockRow, Blocks, empty_blocks
 from .place import frame_times, place_rows
 from .segments import FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable, render_offsets
@@ -74,19 +73,7 @@ def _build_block(
 
 def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[np.ndarray, int]:
     """Positions (3, length) int64 and the delta of a stream that is one row of ``length`` tokens with
-    the vision blocks ``rows`` (sorted, not overlapping, inside the row).
-
-    Where mrope's numba backend is loaded and every block is one frame (images), the row's layout
-    (:func:`layout_one_row`) is rendered by one compiled pass (:func:`mrope.core.compiled.render_layout`):
-    fewer calls, which is what a cold cache charges for (an engine's prompt, after its image
-    processor). Otherwise a text run is a slice of a cached arange and a block a cached frame plane
-    translated by its base (the formula is affine in ``t0`` and ``hw0``)."""
-    render = compiled_kernel("render_layout_direct", load=False)
-    if render is not None and _one_frame_each(rows):
-        layout, delta = layout_one_row(rows, length, compat)
-        out = np.empty((3, length), dtype=np.int64)
-        render(out, np.array(layout.flat, dtype=np.int64), length)
-        return out, delta
+    the vision blocks ``rows`` (sorted, not overlapping, inside the row)."""
     placed, shift, delta = place_rows(rows, length, compat)
     out = np.empty((3, length), dtype=np.int64)
     # a text run at base b is the formula's b + o on all rows: copied from one cached arange (a copy
@@ -106,13 +93,6 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
     if length > cursor:
         out[:, cursor:length] = arange[cursor + shift : length + shift]
     return out, delta
-
-
-def _one_frame_each(rows: Sequence[BlockRow]) -> bool:
-    for row in rows:  # noqa: SIM110  (a plain loop: a generator costs more in a cold cache)
-        if row[1] != 1:
-            return False
-    return True
 
 
 class OneRowLayout(NamedTuple):

@@ -338,19 +338,42 @@ def place_rows(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[list
     shift, reach = 0, -1  # text at index j has position j + shift; the largest block position
     for start, frames, height, width, interval, rounding in rows:
         num_tokens = frames * height * width
-        base = start + shift
+        hw_extent = height if height > width else width
         if frames == 1:
             t = None
-            extent = height if height > width else width
+            extent = hw_extent
         else:
             t = frame_times(frames, interval, rounding)
-            extent = max(int(t[-1]) + 1, height, width)
-        if base + extent > reach:
-            reach = base + extent - 1
-        shift += text_advance(extent, height if height > width else width, compat) - num_tokens
+            extent = max(int(t[-1]) + 1, hw_extent)
+        advance = text_advance(extent, hw_extent, compat)
+        base, shift, reach = place_block(start, num_tokens, extent, advance, shift, reach)
         placed.append((start, start + num_tokens, base, frames, height, width, t))
+    delta = row_delta(length, shift, reach)
+    check_row_bound(length, delta)
+    return placed, shift, delta
+
+
+def place_block(
+    start: int, num_tokens: int, extent: int, advance: int, shift: int, reach: int
+) -> tuple[int, int, int]:
+    """A block of ``num_tokens`` tokens at stream index ``start``, spanning ``extent`` positions from its
+    base, the text after it resuming ``advance`` positions after its base (:func:`text_advance`), placed
+    after text at ``index + shift`` and blocks whose largest position is ``reach``: its base, the shift of
+    the text after it, and the largest position so far. On Python ints; numba compiles it too
+    (:mod:`mrope.core.compiled`)."""
+    base = start + shift
+    end = base + extent - 1
+    return base, shift + advance - num_tokens, end if end > reach else reach
+
+
+def row_delta(length: int, shift: int, reach: int) -> int:
+    """The delta of a row of ``length`` tokens whose trailing text is at ``index + shift`` and whose blocks
+    reach ``reach``: its largest position + 1 - ``length``. On Python ints; numba compiles it too."""
     last = length - 1 + shift
-    delta = (last if last > reach else reach) + 1 - length
+    return (last if last > reach else reach) + 1 - length
+
+
+def check_row_bound(length: int, delta: int) -> None:
+    """:func:`check_max_position` of one row, on Python ints (numpy only when it is passed)."""
     if length + delta > LARGEST_POSITION + 1:
         check_max_position(np.array([length]), np.array([delta]))
-    return placed, shift, delta

@@ -9,7 +9,7 @@ from typing import Any
 from .._errors import MRopeError
 from ..core import Compat
 from ._base import Family
-from ._items import find_image_rows
+from ._items import find_image_positions
 from .bailing_moe_v3_vl import BailingMoeV3VL
 from .cohere_compass import CohereCompass
 from .cosmos3 import Cosmos3
@@ -134,7 +134,7 @@ __all__ = [
     "PromptItem",
     "RequestInputs",
     "family_for",
-    "find_image_rows",
+    "find_image_positions",
     "family_of",
     "from_config",
     "supported_model_types",

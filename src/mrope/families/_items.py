@@ -12,13 +12,15 @@ import numpy as np
 
 from .._backends import compiled_kernel
 from .._errors import MRopeError
-from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows
+from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows, render_one_row
 from ..core.blocks import (
     FEW_ITEMS,
+    NO_FIT,
     empty_blocks,
     locate_few,
     locate_items,
 )
+from ..core.place import check_row_bound
 from ._grids import grid_tokens, merge_divisor
 
 if TYPE_CHECKING:
@@ -135,28 +137,50 @@ def find_offsets(
     return locate_few(placeholder, tokens)
 
 
-def find_image_rows(family: Family, ids: np.ndarray, images: list[list[int]]) -> list[BlockRow] | None:
-    """The blocks of one prompt of images only, found by one scan, for :func:`mrope.core.render_one_row`:
+def find_image_positions(
+    family: Family, ids: np.ndarray, images: list[list[int]]
+) -> tuple[np.ndarray, int] | None:
+    """Positions (3, L) int64 and the delta of one prompt of images only, the images found by one scan:
     for an engine that hands over grids but no offsets (SGLang's ``get_rope_index``), the cheapest way
     to a prompt's positions. ``ids``: a 1-D integer array; ``images``: (T, H, W) Python ints, as
-    ``tensor.tolist()`` gives them. The scan establishes what :meth:`Family.positions` checks of items
-    at offsets (each image's placeholders consecutive, in order, none left over), so the rows are built
-    with no second check. None where the family has no rule on items, the images are many or not three
-    positive ints each, the prompt holds a video placeholder, or the images do not fit the placeholders:
-    the grids as arrays then serve (or name what is wrong)."""
+    ``tensor.tolist()`` gives them. The scan establishes what :meth:`Family.positions` checks of items at
+    offsets (each image's placeholders consecutive, in order, none left over), so nothing is checked
+    twice. Where mrope's numba backend is loaded and every image is one frame, one compiled pass scans,
+    places and renders (:func:`mrope.core.compiled.image_positions`: what a cold cache charges for is
+    calls); otherwise the images at the offsets :func:`find_offsets` finds, rendered by
+    :func:`mrope.core.render_one_row`. None where the family has no rule on items, the images are many or
+    not three positive ints each, the prompt holds a video placeholder, or the images do not fit the
+    placeholders: the grids as arrays then serve (or name what is wrong)."""
     if not family.rule_on_items or not images or ids.ndim != 1 or ids.dtype.kind not in "iu":
         return None
-    merge = family.spatial_merge_size
+    merge, one_frame = family.spatial_merge_size, True
     try:
         for grid in images:  # (a plain loop: a generator costs more in a cold cache)
             t, h, w = grid
             if type(t) is not int or type(h) is not int or type(w) is not int:
                 return None
+            one_frame = one_frame and t == 1
         grid_tokens(images, "image_grid_thw", merge, 1)
     except (TypeError, ValueError):  # (MRopeError is a ValueError) a bad grid: the arrays name it
         return None
-    offsets = find_offsets(ids, family.image_token_id, images, merge, refuse=family.video_token_id)
-    return None if offsets is None else rows_at(offsets, images, merge)
+    token, stop = family.image_token_id, family.video_token_id
+    place_and_render = compiled_kernel("image_positions_int64", load=False) if one_frame else None
+    if place_and_render is None:
+        offsets = find_offsets(ids, token, images, merge, refuse=stop)
+        return (
+            None
+            if offsets is None
+            else render_one_row(rows_at(offsets, images, merge), len(ids), family.compat)
+        )
+    grids, out = np.array(images, dtype=np.int64), np.empty((3, len(ids)), dtype=np.int64)
+    try:
+        delta = place_and_render(ids, token, stop, grids, merge, out)
+    except TypeError:  # ids of another dtype: numba's dispatcher compiles the pass for it
+        delta = compiled_kernel("image_positions")(ids, token, stop, grids, merge, out)
+    if delta == NO_FIT:
+        return None
+    check_row_bound(len(ids), delta)
+    return out, delta
 
 
 def items_at(

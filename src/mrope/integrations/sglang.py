@@ -48,8 +48,7 @@ import numpy as np
 from .._backends import compiled_kernel, env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
-from ..core import render_one_row
-from ..families import Family, find_image_rows, from_config
+from ..families import Family, find_image_positions, from_config
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import RunnerTable, runner_table
 
@@ -140,15 +139,13 @@ def enable(mode: str = "mrope") -> None:
 
 
 def _load_prompt_scan() -> None:
-    """Load mrope's compiled placeholder scan now (numba's import, the kernel from numba's cache), so
-    that the prompts find their images by it (:func:`mrope.families.find_offsets`) and no request
-    pays the load; where it fails, the numpy scan serves."""
+    """Load mrope's compiled backend now (numba's import, the prompt pass from numba's cache), so that
+    prompts of images take it (:func:`mrope.families.find_image_positions`) and no request pays the
+    load; where it fails, the numpy path serves."""
     try:
-        scan = compiled_kernel("item_starts_int64")
-        if scan is not None:
-            scan(np.zeros(1, dtype=np.int64), 0, -1, np.ones(1, dtype=np.int64))
+        compiled_kernel("image_positions_int64")
     except Exception as error:  # nothing mrope does may fail the engine
-        _fall_back("the compiled prompt scan", error)
+        _fall_back("the compiled prompt pass", error)
 
 
 def disable() -> None:
@@ -329,7 +326,7 @@ def _positions(
 ) -> tuple[Any, Any]:
     """mrope's (position_ids (3, B, L), deltas (B, 1)) as SGLang returns them (int64, on the ids' device);
     one prompt (SGLang's processors pass one) through :meth:`Family.positions` on numpy views; a prompt of
-    images only, found by one scan (:func:`mrope.families.find_image_rows`), straight to the render."""
+    images only by :func:`mrope.families.find_image_positions` (one compiled pass where it can)."""
     import torch
 
     try:  # (a CPU tensor's numpy view: its shape read there costs less than torch's)
@@ -346,12 +343,12 @@ def _positions(
         )
         return positions.to(input_ids.dtype), deltas
     ids = batch[0]
-    rows = None
+    found = None
     if video_grid_thw is None and second_per_grid_ts is None and image_grid_thw is not None:
         images = image_grid_thw.tolist() if hasattr(image_grid_thw, "tolist") else image_grid_thw
-        rows = find_image_rows(family, ids, images)
-    if rows is not None:
-        positions, delta = render_one_row(rows, len(ids), family.compat)
+        found = find_image_positions(family, ids, images)
+    if found is not None:
+        positions, delta = found
     else:
         positions, delta = family.positions(
             ids,

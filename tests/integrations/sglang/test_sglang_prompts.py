@@ -135,14 +135,13 @@ def test_check_mode_raises_on_a_different_prompt(
     served: None, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """Negative control: mrope's prompt positions shifted by one on the h row, on either path (images
-    only: found by a scan and rendered; with a video: the family's positions)."""
+    only: :func:`mrope.families.find_image_positions`; with a video: the family's positions)."""
     from sglang.srt.layers.rotary_embedding.mrope import MRotaryEmbedding
 
     plugin.enable("check")
     config, inputs = _prompt("qwen2_5_vl", PARTS[name])
-    owner, attribute = (
-        (plugin, "render_one_row") if name == "images" else (type(mrope.from_config(config)), "positions")
-    )
+    owner: Any = plugin if name == "images" else type(mrope.from_config(config))
+    attribute = "find_image_positions" if name == "images" else "positions"
     served_function = getattr(owner, attribute)
 
     def shifted(*args: Any, **kwargs: Any) -> Any:
