@@ -331,7 +331,7 @@ def _positions(
 
     try:  # (a CPU tensor's numpy view: its shape read there costs less than torch's)
         batch = input_ids.numpy()
-    except (RuntimeError, TypeError):  # a device tensor, or one that needs grad
+    except (RuntimeError, TypeError, NotImplementedError):  # a device or meta tensor, one that needs grad
         batch = None
     if batch is None or batch.shape[0] != 1:
         positions, deltas = mrope_get_rope_index(
