@@ -171,9 +171,10 @@ bench-vllm-step:
 	else echo "bench-vllm-step: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 # The single-prompt Qwen2.5-VL cases of the prefill benchmark in the vLLM environment, beside vLLM's own
-# get_mrope_input_positions ("vllm"), with the admission targets.
+# get_mrope_input_positions ("vllm"), with the admission targets, and case h (OpenPangu-VL: no transformers
+# peer, vLLM's code its only one; skipped in .venv).
 bench-vllm-prefill:
-	@if [ -f $(VLLM_BIN)/.installed ]; then $(VLLM_BIN)/python benchmarks/prefill.py --cases a,c --json bench-results/prefill-vllm.json; \
+	@if [ -f $(VLLM_BIN)/.installed ]; then $(VLLM_BIN)/python benchmarks/prefill.py --cases a,c,h --json bench-results/prefill-vllm.json; \
 	else echo "bench-vllm-prefill: no .venv-vllm (make venv-vllm creates it), skipped"; fi
 
 bench-step: venv

@@ -9,6 +9,12 @@ Single Qwen2.5-VL prompts also time what an engine does at admission: ``family.p
 list), and vLLM's ``get_mrope_input_positions`` on the same prompt (its ``mm_features``); the targets
 printed after the table compare them. Peers that are not installed are left out.
 
+Case (h) is a family with no transformers peer (OpenPangu-VL, one of the models mrope added for vLLM's
+M-RoPE models): its only peer is vLLM's ``get_mrope_input_positions``, so it is skipped where vLLM is
+not importable (``.venv``; ``make bench-vllm-prefill`` runs it in ``.venv-vllm``). mrope's providers are
+what the vLLM plugin does at admission: ``admission_inputs`` of the request's ``mm_features``, then
+``PositionTable.add``; and ``family.positions`` and ``table.add`` given those inputs.
+
 Usage::
 
     python benchmarks/prefill.py [--json bench-results/prefill.json] [--quick] [--cases a,b]
@@ -46,6 +52,12 @@ class CaseSetup:
     checks: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = field(default_factory=dict)
     # target name -> (numerator provider, denominator provider, bound, "max" or "min")
     targets: dict[str, tuple[str, str, float, str]] = field(default_factory=dict)
+    # the provider the others are divided by (default: family.positions, else get_rope_index)
+    primary: str | None = None
+
+
+class SkipCase(Exception):
+    """Raised by a case builder whose peers are not importable here: the case is skipped, with the reason."""
 
 
 CASES: dict[str, Callable[[], CaseSetup]] = {}
@@ -141,6 +153,7 @@ def _installed(name: str) -> bool:
 # provider names of the admission targets (single Qwen2.5-VL prompts)
 OFFSETS = "mrope family.positions, offsets"
 TABLE_ADD = "mrope table.add, offsets"
+ADMISSION = "mrope admission_inputs + table.add"  # the vLLM plugin's admission, from the mm_features
 VLLM = "vllm"
 #: target name -> (numerator, denominator, bound, "max" or "min")
 TARGETS = {
@@ -194,17 +207,40 @@ class _TableAdds:
         self.next += 1
 
 
+class _Admissions(_TableAdds):
+    """The vLLM plugin's admission of one request: its inputs derived from the request's ``mm_features``
+    (``admission_inputs``), then ``PositionTable.add`` as :class:`_TableAdds`."""
+
+    def __init__(self, family: Family, row: list[int], features: list[Any]) -> None:
+        super().__init__(family, row, {})
+        self.features = features
+
+    def __call__(self) -> None:
+        from mrope.integrations._vllm_inputs import admission_inputs
+
+        self.inputs = admission_inputs(self.family, self.features)
+        super().__call__()
+
+
+def _table_row(family: Family, row: list[int], inputs: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """The prompt's positions and delta as a ``PositionTable`` row holds them after ``add``."""
+    table = PositionTable(1)
+    table.add(0, family, row, **inputs)
+    out = np.zeros((3, len(row)), dtype=np.int64)
+    table.fill(out, np.array([0]), np.array([0]), np.array([len(row)]))
+    return out, table.delta(0)
+
+
 def _vllm_call(config: Any, inputs: dict[str, Any], length: int) -> Callable[[list[int]], Any]:
     """vLLM's ``Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions`` on a stand-in ``self``
     (an instance made without ``__init__`` that holds the config, all the method reads), with the
     prompt's ``mm_features`` built as vLLM's processor builds them."""
     import torch
-    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration as Model
 
     from mrope.integrations._vllm_inputs import feature_spec
+    from support.vllm_models import stand_in
 
-    model = object.__new__(Model)
-    model.__dict__["config"] = config
+    model = stand_in("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", config)
     merge = config.vision_config.spatial_merge_size
     features = []
     for kind in ("image", "video"):
@@ -216,7 +252,7 @@ def _vllm_call(config: Any, inputs: dict[str, Any], length: int) -> Callable[[li
             if kind == "video" and seconds is not None:
                 data["second_per_grid_ts"] = torch.tensor(float(seconds[i]), dtype=torch.float32)
             features.append(feature_spec(kind, offset, int(grid.prod()) // merge**2, data))
-    return lambda ids: Model.get_mrope_input_positions(model, ids, features)
+    return lambda ids: type(model).get_mrope_input_positions(model, ids, features)
 
 
 @case("a")
@@ -378,6 +414,69 @@ def qwen3_omni_video_with_audio() -> CaseSetup:
     )
 
 
+@case("h")
+def openpangu_vl_video() -> CaseSetup:
+    """OpenPangu-VL, no transformers peer: text, one image (1x28x28) and a 32-frame video (32x24x40,
+    its frames joined by vision_end, vision_start), 8,002 tokens, as the vLLM plugin admits it."""
+    if not _installed("vllm"):
+        raise SkipCase("its only peer is vLLM's get_mrope_input_positions, and vLLM is not importable")
+    import torch
+
+    from mrope.integrations._vllm_inputs import (
+        VLLM_SETTINGS,
+        admission_inputs,
+        feature_spec,
+        inputs_from_mm_features,
+    )
+    from support.vllm_models import openpangu_video, remote_config, stand_in
+
+    architecture = "OpenPanguVLForConditionalGeneration"
+    config = remote_config(architecture)
+    model = stand_in("openpangu_vl", architecture, config)
+    family = from_config(config, **VLLM_SETTINGS)
+    merge = family.spatial_merge_size
+    image, video = [1, 28, 28], [32, 24, 40]
+    image_tokens = image[1] * image[2] // merge**2
+    text = np.random.default_rng(7).integers(0, 150000, size=60).tolist()
+    row = text[:30] + [config.vision_start_token_id]
+    features = [feature_spec("image", len(row), image_tokens, {"image_grid_thw": torch.tensor(image)})]
+    row += [config.image_token_id] * image_tokens + [config.vision_end_token_id]
+    row += text[30:40] + [config.vision_start_token_id]
+    start = len(row)
+    row += openpangu_video(config, video[0], video[1] * video[2] // merge**2)
+    embed = torch.tensor([t == config.video_token_id for t in row[start:]])
+    grid = {"video_grid_thw": torch.tensor(video)}
+    features.append(feature_spec("video", start, len(row) - start, grid, embed))
+    row += [config.vision_end_token_id] + text[40:]
+    inputs = admission_inputs(family, features)
+
+    def vllm_call() -> Any:
+        return type(model).get_mrope_input_positions(model, row, features)
+
+    providers: dict[str, Callable[[], Any]] = {
+        OFFSETS: lambda: family.positions(row, **inputs),
+        TABLE_ADD: _TableAdds(family, row, inputs),
+        ADMISSION: _Admissions(family, row, features),
+        VLLM: vllm_call,
+    }
+    checks: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        f"{VLLM} (admission_inputs)": (
+            lambda: family.positions(row, **admission_inputs(family, features)),
+            vllm_call,
+        ),
+        f"{VLLM} (inputs_from_mm_features)": (
+            lambda: family.positions(row, **inputs_from_mm_features(family, features)),
+            vllm_call,
+        ),
+        f"{VLLM} (table.add)": (
+            lambda: _table_row(family, row, admission_inputs(family, features)),
+            vllm_call,
+        ),
+    }
+    title = "(h) OpenPangu-VL, 1 image (1x28x28) + 1 video (32x24x40)"
+    return CaseSetup(title=title, num_tokens=len(row), providers=providers, checks=checks, primary=OFFSETS)
+
+
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
@@ -394,7 +493,12 @@ def run(args: argparse.Namespace) -> int:
     names = args.cases.split(",") if args.cases else list(CASES)
     rows, results, target_rows = [], [], []
     for name in names:
-        setup = CASES[name]()
+        try:
+            setup = CASES[name]()
+        except SkipCase as skipped:
+            print(f"case {name} skipped: {skipped}", flush=True)
+            results.append({"case": name, "skipped": str(skipped)})
+            continue
         for peer, (ours, theirs) in setup.checks.items():
             if not _equal(ours(), theirs()):
                 raise SystemExit(f"case {name}: mrope's positions differ from {peer}'s")
@@ -403,7 +507,9 @@ def run(args: argparse.Namespace) -> int:
         gc.freeze()
         timings = {p: median_us(t) for p, t in time_interleaved(setup.providers, quick=args.quick).items()}
         # single prompts: the engine's per-request call (family.positions); batches: get_rope_index
-        primary = "mrope family.positions" if "mrope family.positions" in timings else "mrope get_rope_index"
+        primary = setup.primary or (
+            "mrope family.positions" if "mrope family.positions" in timings else "mrope get_rope_index"
+        )
         ours = timings[primary]
         fastest_peer = min(t for p, t in timings.items() if not p.startswith("mrope"))
         for provider, t in timings.items():
@@ -425,16 +531,22 @@ def run(args: argparse.Namespace) -> int:
                 "median_us": timings,
                 "primary": primary,
                 "speedup_vs_fastest_peer": fastest_peer / ours,
-                "speedup_vs_transformers": timings["transformers"] / ours,
+                "speedup_vs_transformers": timings["transformers"] / ours
+                if "transformers" in timings
+                else None,
                 "targets": targets,
             }
         )
         print(f"case {name} done: mrope {ours:.1f} us, fastest peer {fastest_peer:.1f} us", flush=True)
-    print()
-    print(format_table(["case", "tokens", "provider", "median us", "time / mrope"], rows))
-    print("\ntime / mrope: against family.positions for single prompts (the per-request call at admission,")
-    print("as SGLang's get_rope_index is), against get_rope_index for batches. 'offsets': given the items'")
-    print("placeholder offsets and the ids as a list, as an engine has them at admission (vLLM plugin).")
+    if rows:
+        print()
+        print(format_table(["case", "tokens", "provider", "median us", "time / mrope"], rows))
+        print("\ntime / mrope: against family.positions for single prompts (the per-request call at")
+        print("admission, as SGLang's get_rope_index is), against get_rope_index for batches. 'offsets':")
+        print(
+            "given the items' placeholder offsets and the ids as a list, as an engine has them at admission"
+        )
+        print("(vLLM plugin); case (h): against family.positions with the inputs its mm_features give.")
     if target_rows:
         print()
         print(format_table(["case", "target", "ratio", "bound", "met"], target_rows))

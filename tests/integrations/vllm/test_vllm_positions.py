@@ -28,13 +28,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support.peers import require_module
+from support.vllm_models import END, IMAGE, START, VIDEO, openpangu_video, remote_config, stand_in
 
 vllm = require_module("vllm")
 torch = require_module("torch")
 if not vllm.__version__.startswith("0.32."):
     pytest.skip(f"written for vLLM 0.32, found {vllm.__version__}", allow_module_level=True)
 
-from transformers import AutoConfig, PretrainedConfig  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
 from vllm.transformers_utils.configs import BailingMoeV3VLConfig, IsaacConfig, Qwen3ASRConfig  # noqa: E402
 
 import mrope  # noqa: E402
@@ -81,23 +82,9 @@ class Case:
     config: Callable[[], Any] | None = None
 
 
-# token ids of the remote-code configs below (Qwen2-VL's, as their checkpoints use)
-IMAGE, VIDEO, START, END = 151655, 151656, 151652, 151653
 # Keye-VL-1.5's frame token and fast-frame markers (text to the positions)
 FRAME, FAST_START, FAST_END = 151657, 151658, 151659
 AUDIO_START, AUDIO_END = 151669, 151670
-
-
-def remote_config(architecture: str) -> Any:
-    """A remote-code config (Keye-VL, Keye-VL-1.5, OpenPangu-VL): the fields vLLM and mrope read."""
-    return PretrainedConfig(
-        architectures=[architecture],
-        image_token_id=IMAGE,
-        video_token_id=VIDEO,
-        vision_start_token_id=START,
-        vision_end_token_id=END,
-        vision_config=PretrainedConfig(spatial_merge_size=2),
-    )
 
 
 CASES = {
@@ -213,9 +200,7 @@ def setup_of(model_type: str) -> Setup:
         case = CASES[model_type]
         vision = {"vision_config": case.overrides} if case.overrides else {}
         config = case.config() if case.config else AutoConfig.for_model(model_type, **vision)
-        cls = getattr(importlib.import_module(f"vllm.model_executor.models.{case.module}"), case.cls)
-        model = object.__new__(cls)  # the methods read only ``self.config``
-        model.__dict__["config"] = config
+        model = stand_in(case.module, case.cls, config)  # the methods read only ``self.config``
         overrides, temporal = {}, 1
         if case.layout == "ernie":
             # vLLM reads the original (remote code) config's conv sizes, and its processor writes the
@@ -316,9 +301,7 @@ def requests(draw: st.DrawFn, setup: Setup, max_items: int = 4) -> Request:
             elif case.layout == "pangu":  # frames joined by end, start; the offset at the first pad
                 ids.append(cfg.vision_start_token_id)
                 start = len(ids)
-                for k in range(frames):
-                    ids += [cfg.vision_end_token_id, cfg.vision_start_token_id] * (k > 0)
-                    ids += [cfg.video_token_id] * plane
+                ids += openpangu_video(cfg, frames, plane)
                 embed = torch.tensor([t == cfg.video_token_id for t in ids[start:]])
                 features.append(_feature("video", start, len(ids) - start, data, embed))
                 ids.append(cfg.vision_end_token_id)
