@@ -167,11 +167,11 @@ def find_image_positions(
     place_and_render = compiled_kernel("image_positions_int64", load=False) if one_frame else None
     if place_and_render is None:
         offsets = find_offsets(ids, token, images, merge, refuse=stop)
-        return (
-            None
-            if offsets is None
-            else render_one_row(rows_at(offsets, images, merge), len(ids), family.compat)
-        )
+        if offsets is None:
+            return None
+        pairs = zip(offsets, images, strict=True)
+        rows = [(at, t, h // merge, w // merge, _UNIT_STEP, 0) for at, (t, h, w) in pairs]
+        return render_one_row(rows, len(ids), family.compat)
     grids, out = np.array(images, dtype=np.int64), np.empty((3, len(ids)), dtype=np.int64)
     try:
         delta = place_and_render(ids, token, stop, grids, merge, out)
@@ -199,6 +199,8 @@ def items_at(
     which the first and last must be ``token_id``. One Python step per item; the prompt is not
     scanned."""
     length = len(ids)
+    steps = interval if isinstance(interval, np.ndarray) else None
+    rows = []
     grid_list = grids if type(grids) is list else grids.tolist()
     for i, start in enumerate(offsets):
         t, h, w = grid_list[i]
@@ -217,24 +219,8 @@ def items_at(
                 f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
                 f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
             )
-    return rows_at(offsets, grid_list, merge, interval, rounding)
-
-
-def rows_at(
-    offsets: list[int],
-    grids: list[list[int]],
-    merge: int,
-    interval: np.ndarray | float = 1.0,
-    rounding: int = 0,
-) -> list[BlockRow]:
-    """The blocks of items whose placeholders start at ``offsets`` (grid ``grids[i]`` before merging,
-    time step ``interval``, or ``interval[i]`` per item), as they are: the rows of :func:`items_at` once
-    it has checked them, or of items found by a scan."""
-    steps = interval if isinstance(interval, np.ndarray) else None
-    return [
-        (start, t, h // merge, w // merge, _UNIT_STEP if steps is None else steps[i], rounding)
-        for i, (start, (t, h, w)) in enumerate(zip(offsets, grids, strict=True))
-    ]
+        rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i], rounding))
+    return rows
 
 
 def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:
