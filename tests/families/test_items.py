@@ -278,6 +278,8 @@ def test_image_positions_are_not_found_where_the_placeholders_or_grids_do_not_fi
         ([1, image, image, image, image, 2], [[0, 4, 4]]),  # an empty grid
         ([1, image, image, image, image, 2], [[1, 4.0, 4]]),  # not ints
         ([1, image, image, image, image, 2], [[1, 4]]),  # not (T, H, W)
+        ([1, image, image, image, image, 2], [[1, 2**40, 2**40]]),  # more placeholders than tokens
+        ([1, image, image, image, image, 2], [[1, 2**64, 2]]),  # beyond int64
     ):
         with backend(path):
             assert find(family, np.array(ids), grids) is None, (ids, grids)

@@ -160,7 +160,8 @@ def find_image_positions(
             if type(t) is not int or type(h) is not int or type(w) is not int:
                 return None
             one_frame = one_frame and t == 1
-        grid_tokens(images, "image_grid_thw", merge, 1)
+        if grid_tokens(images, "image_grid_thw", merge, 1) > len(ids):
+            return None  # more placeholders than tokens (an int64 may not even hold the grid)
     except (TypeError, ValueError):  # (MRopeError is a ValueError) a bad grid: the arrays name it
         return None
     token, stop = family.image_token_id, family.video_token_id

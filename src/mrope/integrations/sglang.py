@@ -135,10 +135,10 @@ def enable(mode: str = "mrope") -> None:
     for (owner, name), replacement in replacements.items():
         _patches.append((owner, name, vars(owner).get(name)))
         setattr(owner, name, replacement)
-    _load_prompt_scan()
+    _load_compiled_backend()
 
 
-def _load_prompt_scan() -> None:
+def _load_compiled_backend() -> None:
     """Load mrope's compiled backend now (numba's import, the prompt pass from numba's cache), so that
     prompts of images take it (:func:`mrope.families.find_image_positions`) and no request pays the
     load; where it fails, the numpy path serves."""
