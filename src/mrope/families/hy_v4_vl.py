@@ -40,6 +40,10 @@ class HYV4VL(Family):
     def no_offsets_message(self) -> str:
         return f"{self.model_type} locates its items in input_ids: it takes no image_offsets or video_offsets"
 
+    def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+        """A video's frames are video tokens."""
+        return ids[block_starts] == self.video_token_id
+
     def check_vision_inputs(
         self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any, length: int
     ) -> tuple[np.ndarray, np.ndarray, Seconds | None]:
