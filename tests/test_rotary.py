@@ -64,6 +64,14 @@ FAMILIES = {
     "glm46v": ("glm4v", "Glm4vTextRotaryEmbedding", "chunked", False, _GLM),
     "glm4v_moe": ("glm4v_moe", "Glm4vMoeTextRotaryEmbedding", "chunked", True, {**_GLM, "head_dim": 128}),
     "glm_ocr": ("glm_ocr", "GlmOcrTextRotaryEmbedding", "chunked", False, _GLM),
+    # the rope slice of its MLA heads (qk_rope_head_dim), Qwen3-VL's interleaved sections, GPT-J pairs
+    "hy_v4_vl": (
+        "hy_v4_vl",
+        "HYV4VLRotaryEmbedding",
+        "interleaved",
+        False,
+        {"qk_rope_head_dim": 64, "hidden_size": 256, "num_attention_heads": 2, **_rope(1e4, [12, 10, 10])},
+    ),
     "ernie4_5_vl_moe": (
         "ernie4_5_vl_moe",
         "Ernie4_5_VLMoeTextRotaryEmbedding",

@@ -13,7 +13,9 @@ are the family's (:attr:`mrope.Family.prompt_layout`, :meth:`mrope.Family.prompt
   its timestamp, ``video_end``;
 - ``ernie``: ``image_start, image pads, image_end``; ``video_start, video pads, video_end``;
 - ``omni``: as whole, an audio ``audio_start, audio pads, audio_end``, a video with its audio
-  ``vision_start, audio_start, video pads, audio pads, audio_end, vision_end``.
+  ``vision_start, audio_start, video pads, audio pads, audio_end, vision_end``;
+- ``newline``: pads only, ``T * H' * (W' + 1)`` of them (a newline token, the item's pad, ends each
+  merged row): image pads for an image, video pads for a video (HY-V4-VL; its config names no markers).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .families import Family
 
 __all__ = ["DEFAULT_TIMESTAMP_TOKENS", "LAYOUTS", "PART_KINDS", "Prompt", "build_prompt"]
 
-LAYOUTS = ("whole", "frames", "glm", "ernie", "omni")
+LAYOUTS = ("whole", "frames", "glm", "ernie", "omni", "newline")
 PART_KINDS = ("text", "image", "video", "audio")
 DEFAULT_TIMESTAMP_TOKENS = 3
 
@@ -132,9 +134,12 @@ def build_prompt(
         elif kind == "image":
             grid = _grid(part["image"], merge, 1, where)
             images.append(grid)
-            piece.runs = block(
-                settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks
-            )
+            if layout == "newline":
+                piece.runs = [(settings["image_token_id"], _newline_tokens(grid, merge))]
+            else:
+                piece.runs = block(
+                    settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks
+                )
         else:
             grid = _grid(part["video"], merge, temporal, where)
             videos.append(grid)
@@ -156,6 +161,8 @@ def build_prompt(
                     settings["video_token_id"], plane, "vision_start_token_id", "vision_end_token_id"
                 )
                 piece.stamps = stamps
+            elif layout == "newline":
+                piece.runs = [(settings["video_token_id"], _newline_tokens(grid, merge))]
             elif layout == "ernie":
                 piece.runs = block(
                     settings["video_token_id"],
@@ -297,6 +304,11 @@ def _grid(value: Any, merge: int, temporal: int, where: str) -> list[int]:
     if t % temporal:
         raise MRopeError(f"{where}: grid {value}: T must be a multiple of temporal_merge_size {temporal}")
     return [t, h, w]
+
+
+def _newline_tokens(grid: list[int], merge: int) -> int:
+    """Placeholder tokens of a ``newline`` item: ``T * H' * (W' + 1)``."""
+    return grid[0] * (grid[1] // merge) * (grid[2] // merge + 1)
 
 
 def _audio_tokens(family: Any, seqlen: int) -> int:

@@ -18,7 +18,6 @@ KNOWN_UNSUPPORTED = {
     "sample at prefill, deltas are 0, grids split by images_per_sample; not a Qwen-style rule",
     "hunyuan_vl": "4 position axes (the last one an image counter), a newline column (W' + 1) per row, and "
     "text positions that images do not shift",
-    "hy_v4_vl": "a newline column (W' + 1) per row and frame time stepping by max(H', W' + 1) on every axis",
     "minicpmv4_7": "slices of a canvas with per-marker positions (halo and slice corners), grids given as "
     "target sizes",
 }

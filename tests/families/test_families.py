@@ -16,6 +16,7 @@ from support.peers import FAMILY_SETUPS
 from support.strategies import (
     EDGE_LAYOUTS,
     SECONDS,
+    Prompt,
     Video,
     batches,
     build_prompt,
@@ -195,3 +196,35 @@ def test_qwen3_5_family_and_errors(peer):
     assert type(family).__name__ == "Qwen3_5" and family.image_token_id == 248056
     with pytest.raises(mrope.MRopeError, match="3 video placeholder tokens"):
         family.positions([1, 248053, 248057, 248057, 248057, 248054], video_grid_thw=[[1, 4, 4]])
+
+
+@pytest.mark.parametrize("peer", ["hy_v4_vl"], indirect=True)
+def test_hy_v4_vl_newline_column_and_errors(peer):
+    family = peer.family("vllm")
+    video = family.video_token_id
+    # transformers' docstring example: merged (2, 2, 2), each row 3 tokens (the newline), frames 3 apart
+    ids = [5] + [video] * 12 + [6]
+    positions, delta = family.positions(ids, video_grid_thw=[[2, 4, 4]])
+    assert positions[:, 1:13].tolist() == [
+        [1, 1, 1, 1, 1, 1, 4, 4, 4, 4, 4, 4],
+        [1, 1, 1, 2, 2, 2, 4, 4, 4, 5, 5, 5],
+        [1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6],
+    ]
+    assert positions[:, 13].tolist() == [7, 7, 7] and delta == 8 - 14
+    peer.check_transformers(Prompt(ids, [], [[2, 4, 4]]))
+    with pytest.raises(mrope.MRopeError, match=r"video 0 .* needs 12 placeholder tokens, found 11"):
+        family.positions(ids[:-2] + [6], video_grid_thw=[[2, 4, 4]])  # 11 placeholders
+    with pytest.raises(mrope.MRopeError, match=r"\(T \* H' \* \(W' \+ 1\).*more than the 14 tokens"):
+        family.positions(ids, video_grid_thw=[[2, 4, 6]])  # 16 tokens (12 without the newlines)
+    with pytest.raises(mrope.MRopeError, match="W=3 is not divisible by spatial_merge_size 2"):
+        family.positions(ids, video_grid_thw=[[2, 4, 3]])
+    with pytest.raises(mrope.MRopeError, match="image 0 .* image placeholder tokens"):
+        family.positions(ids, image_grid_thw=[[1, 2, 2]])
+    with pytest.raises(mrope.MRopeError, match="takes no image_offsets or video_offsets"):
+        family.positions(ids, video_grid_thw=[[2, 4, 4]], video_offsets=[1])
+    with pytest.raises(mrope.MRopeError, match="does not scale video time"):
+        family.positions(ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1.0])
+    config = peer.config.to_dict()
+    del config["video_token_id"]
+    with pytest.raises(mrope.MRopeError, match="hy_v4_vl needs the setting 'video_token_id'"):
+        mrope.from_config(config)

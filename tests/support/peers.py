@@ -46,6 +46,7 @@ TRANSFORMERS_MODELS = {
     "glm46v": ("glm46v", "Glm46VModel"),
     "glm_ocr": ("glm_ocr", "GlmOcrModel"),
     "ernie4_5_vl_moe": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeModel"),
+    "hy_v4_vl": ("hy_v4_vl", "HYV4VLModel"),
     "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniPreTrainedModelForConditionalGeneration"),
     "qwen3_omni_moe": ("qwen3_omni_moe", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"),
 }
@@ -283,6 +284,8 @@ FAMILY_SETUPS = {
     "paddleocr_vl": FamilySetup("paddleocr_vl", sglang="images"),
     # videos of T a multiple of temporal_merge_size 2 only
     "ernie4_5_vl_moe": FamilySetup("ernie4_5_vl_moe", edge_layouts=False),
+    # a newline token ends every merged row; SGLang has no position code for it
+    "hy_v4_vl": FamilySetup("hy_v4_vl", sglang="none"),
     "qwen2_5_omni": FamilySetup("qwen2_5_omni", sglang="none", edge_layouts=False),
     # position_id_per_seconds 25 (the class default) and 13 (the checkpoints)
     "qwen3_omni_moe": FamilySetup("qwen3_omni_moe", edge_layouts=False),

@@ -22,6 +22,8 @@ is valid; layouts (:func:`layout_kind`, the family's ``prompt_layout``; :mod:`mr
 - ``omni`` (Qwen2.5-Omni, Qwen3-Omni thinkers): images and videos as ``whole``; an audio ``audio_start,
   audio pads, audio_end``; a video with its audio (``use_audio_in_video``) ``vision_start, audio_start,
   video pads, audio pads, audio_end, vision_end``.
+- ``newline`` (HY-V4-VL): pads only, ``T*H'*(W'+1)`` (a newline token ends each merged row); like
+  ``whole`` without markers, same-modality neighbours get text between them.
 """
 
 from __future__ import annotations
@@ -268,7 +270,8 @@ def _prompts(draw: st.DrawFn, family: Any, sizes: _Sizes) -> Prompt:
     for i in range(len(items) + 1):
         inner = 0 < i < len(items)
         # without markers, same-modality neighbours need text between them to stay separate blocks
-        min_size = 1 if (inner and not sizes.markers) or not items else 0
+        bare = not sizes.markers or layout_kind(family) == "newline"
+        min_size = 1 if (inner and bare) or not items else 0
         # length 0 often: blocks at the very start or end, blocks with only their markers between
         size = draw(st.one_of(st.just(min_size), st.integers(min_size, sizes.max_text)))
         runs.append(draw(st.lists(TEXT_IDS, min_size=size, max_size=size)))

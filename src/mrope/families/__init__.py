@@ -16,6 +16,7 @@ from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
+from .hy_v4_vl import HYV4VL
 from .inputs import ArrayLike, PromptItem, RequestInputs
 from .isaac import Isaac
 from .keye import Keye
@@ -46,6 +47,7 @@ FAMILIES: tuple[type[Family], ...] = (
     OpenPanguVL,
     BailingMoeV3VL,
     Isaac,
+    HYV4VL,
     Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}

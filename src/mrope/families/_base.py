@@ -117,7 +117,7 @@ class Family:
     #: by :func:`mrope.rotary.rotary_embedding_from_config` when a config leaves it out)
     default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
     #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
-    #: ``"glm"``, ``"ernie"`` or ``"omni"``; None: no layout known (give ``input_ids``)
+    #: ``"glm"``, ``"ernie"``, ``"omni"`` or ``"newline"``; None: no layout known (give ``input_ids``)
     prompt_layout: ClassVar[str | None] = None
     #: marker token ids a config may lack (the released checkpoints' values); a config's own win
     default_markers: ClassVar[Mapping[str, int]] = {}
