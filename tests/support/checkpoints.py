@@ -10,8 +10,11 @@ after it, and the config names their ids: ``config.json`` is written after the t
 weights come from the transformers model class of the family (so the tensor names are exactly the
 released checkpoints'), initialised under ``torch.manual_seed(seed)``.
 
-Families (``FAMILIES``): ``qwen2_5_vl``, ``qwen3_vl``, ``glm4v``. Use :func:`build` or the
-per-family builders; :func:`special_ids` reads the ids back from a built folder.
+Families (``FAMILIES``): ``qwen2_5_vl``, ``qwen3_vl``, ``glm4v``; and (``OMNI_FAMILIES``)
+``qwen2_5_omni``, ``qwen3_omni_moe``: a whole Omni model's folder with thinker weights only, whose
+``preprocessor_config.json`` also holds the Whisper feature extractor's fields and whose
+``tokenizer_config.json`` names the processor's tokens. Use :func:`build` or the per-family
+builders; :func:`special_ids` reads the ids back from a built folder.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "glm4v")
+OMNI_FAMILIES = ("qwen2_5_omni", "qwen3_omni_moe")  # thinkers with audio: prompts of their own
 
 # Image processors: a merged token covers (patch * merge)^2 pixels; max_pixels keeps images small.
 # Qwen2.5-VL / GLM-4.1V: patch 14 -> 28-pixel units; Qwen3-VL: patch 16 -> 32-pixel units.
@@ -132,19 +136,24 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def _save_weights(folder: Path, model_class: str, seed: int) -> None:
+def _save_weights(folder: Path, model_class: str, seed: int, *, submodel: str | None = None) -> None:
     """Instantiate ``transformers.<model_class>`` from the written config, seeded, float32, and save
-    its state dict as ``model.safetensors`` (plus ``generation_config.json``)."""
+    its state dict as ``model.safetensors``. ``submodel`` (e.g. ``"thinker"``): the class is built
+    from that part of the config (``config.thinker_config``) and its tensor names get the prefix
+    ``thinker.``, as in a whole Omni checkpoint."""
     import torch
     import transformers
     from safetensors.torch import save_file
 
     config = transformers.AutoConfig.from_pretrained(str(folder))
+    if submodel is not None:
+        config = getattr(config, f"{submodel}_config")
     cls = getattr(transformers, model_class)
     torch.manual_seed(seed)
     with torch.no_grad():
         model = cls(config).to(torch.float32).eval()
-    state = {name: t.detach().contiguous().clone() for name, t in model.state_dict().items()}
+    prefix = f"{submodel}." if submodel else ""
+    state = {prefix + name: t.detach().contiguous().clone() for name, t in model.state_dict().items()}
     _sharpen(state)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
@@ -153,8 +162,9 @@ def _sharpen(state: dict[str, Any]) -> None:
     """Scale the text attention's q/k projection weights (or Qwen3's q/k RMSNorm weights) in place."""
     import re
 
-    proj = re.compile(r"language_model\.layers\.\d+\.self_attn\.[qk]_proj\.weight$")
-    norm = re.compile(r"language_model\.layers\.\d+\.self_attn\.[qk]_norm\.weight$")
+    # "thinker.model.layers": an Omni thinker's text layers
+    proj = re.compile(r"(?:language_model|thinker\.model)\.layers\.\d+\.self_attn\.[qk]_proj\.weight$")
+    norm = re.compile(r"(?:language_model|thinker\.model)\.layers\.\d+\.self_attn\.[qk]_norm\.weight$")
     for name, tensor in state.items():
         if proj.search(name):
             tensor.mul_(QK_PROJ_SCALE)
@@ -455,19 +465,314 @@ def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
     return folder
 
 
+QWEN2_5_OMNI_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
+    "<|vision_bos|>",
+    "<|vision_eos|>",
+    "<|vision_pad|>",
+    "<|IMAGE|>",
+    "<|VIDEO|>",
+]
+# The tokenizer attributes Qwen2.5-Omni's processor reads (tokenizer_config.json, as released).
+_QWEN2_5_OMNI_TOKEN_NAMES = {
+    "image_token": "<|IMAGE|>",
+    "audio_token": "<|AUDIO|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_bos|>",
+    "vision_eos_token": "<|vision_eos|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
+}
+# Whisper log-mel features: 16 kHz, 100 frames a second, 128 mel bins; padded to CHUNK seconds
+# (the released 300 s would make every audio 30,000 frames before the mask trims it).
+OMNI_SAMPLING_RATE = 16000
+OMNI_AUDIO_CHUNK_SECONDS = 30
+
+
+def _whisper_features() -> dict[str, Any]:
+    n_samples = OMNI_AUDIO_CHUNK_SECONDS * OMNI_SAMPLING_RATE
+    return {
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "feature_size": 128,
+        "sampling_rate": OMNI_SAMPLING_RATE,
+        "hop_length": 160,
+        "n_fft": 400,
+        "chunk_length": OMNI_AUDIO_CHUNK_SECONDS,
+        "n_samples": n_samples,
+        "nb_max_frames": n_samples // 160,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "return_attention_mask": True,
+        "dither": 0.0,
+    }
+
+
+def _omni_tokenizer(
+    folder: Path, specials: list[str], names: dict[str, str], processor_class: str
+) -> dict[str, int]:
+    """:func:`build_tokenizer`, and ``tokenizer_config.json`` naming the tokens the Omni processors
+    read as tokenizer attributes (``image_token``, ``audio_bos_token``, ...)."""
+    ids = build_tokenizer(folder, specials, eos="<|im_end|>", pad="<|endoftext|>")
+    tok_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tok_config["extra_special_tokens"] = dict(names)
+    tok_config["processor_class"] = processor_class
+    _write_json(folder / "tokenizer_config.json", tok_config)
+    return ids
+
+
+def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen2.5-Omni (``Qwen2_5OmniModel``, served by vLLM as its thinker): thinker text hidden
+    128, 2 layers, 2 heads, 1 KV head, head_dim 64, chunked mrope_section [8, 12, 12]; vision depth
+    2, hidden 64, patch 14, merge 2, temporal patch 2, ``tokens_per_second`` 25 (as released: the
+    thinker's ``position_id_per_seconds``); audio encoder 2 layers, d_model 64, 128 mel bins,
+    ``n_window`` 100; ``seconds_per_chunk`` 2. Only thinker weights (``thinker.*``) are written
+    (``enable_audio_output`` false: no talker, no token2wav)."""
+    folder = Path(folder)
+    ids = _omni_tokenizer(folder, QWEN2_5_OMNI_SPECIALS, _QWEN2_5_OMNI_TOKEN_NAMES, "Qwen2_5OmniProcessor")
+    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text = _qwen_text(
+        "qwen2_5_omni_text",
+        ids,
+        max_position_embeddings=4096,
+        rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=2,
+    )
+    thinker = {
+        "model_type": "qwen2_5_omni_thinker",
+        "architectures": ["Qwen2_5OmniThinkerForConditionalGeneration"],
+        "audio_token_index": ids["<|AUDIO|>"],
+        "image_token_index": ids["<|IMAGE|>"],
+        "video_token_index": ids["<|VIDEO|>"],
+        "audio_start_token_id": ids["<|audio_bos|>"],
+        "audio_end_token_id": ids["<|audio_eos|>"],
+        "vision_start_token_id": ids["<|vision_bos|>"],
+        "vision_end_token_id": ids["<|vision_eos|>"],
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": eos[0],
+        "pad_token_id": ids["<|endoftext|>"],
+        "user_token_id": ids["<|im_start|>"],
+        "position_id_per_seconds": 25,
+        "seconds_per_chunk": 2,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "text_config": text,
+        "vision_config": {
+            "model_type": "qwen2_5_omni_vision_encoder",
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_channels": 3,
+            "in_chans": 3,
+            "hidden_act": "silu",
+            "out_hidden_size": 128,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "spatial_patch_size": 14,
+            "tokens_per_second": 25,
+            "window_size": 112,
+            "fullatt_block_indexes": [1],
+            "initializer_range": 0.02,
+        },
+        "audio_config": {
+            "model_type": "qwen2_5_omni_audio_encoder",
+            "num_mel_bins": 128,
+            "encoder_layers": 2,
+            "encoder_attention_heads": 2,
+            "encoder_ffn_dim": 128,
+            "d_model": 64,
+            "activation_function": "gelu",
+            "scale_embedding": False,
+            "max_source_positions": 1500,
+            "n_window": 100,
+            "output_dim": 128,
+            "initializer_range": 0.02,
+        },
+    }
+    config = {
+        "architectures": ["Qwen2_5OmniModel"],
+        "model_type": "qwen2_5_omni",
+        "torch_dtype": "float32",
+        "enable_audio_output": False,
+        "thinker_config": thinker,
+    }
+    _write_json(folder / "config.json", config)
+    image = _qwen_image_processor(
+        14, "Qwen2_5OmniProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
+    )
+    # One preprocessor_config.json holds the image processor's and the feature extractor's fields.
+    _write_json(folder / "preprocessor_config.json", {**image, **_whisper_features()})
+    video = {
+        **{k: v for k, v in image.items() if k != "image_processor_type"},
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "min_frames": 2,
+        "max_frames": 16,
+        "do_sample_frames": False,
+        "cap_pixels_per_frame": False,
+    }
+    _write_json(folder / "video_preprocessor_config.json", video)
+    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Qwen2_5OmniThinkerForConditionalGeneration", seed, submodel="thinker")
+    return folder
+
+
+QWEN3_OMNI_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+_QWEN3_OMNI_TOKEN_NAMES = {
+    "image_token": "<|image_pad|>",
+    "audio_token": "<|audio_pad|>",
+    "video_token": "<|video_pad|>",
+    "vision_bos_token": "<|vision_start|>",
+    "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_start|>",
+    "audio_eos_token": "<|audio_end|>",
+}
+
+
+def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
+    """Tiny Qwen3-Omni (``Qwen3OmniMoeForConditionalGeneration``, served by vLLM as its thinker):
+    thinker text hidden 128, 2 MoE layers (4 experts, 2 a token), 2 heads, 1 KV head, head_dim 64,
+    interleaved mrope_section [12, 10, 10]; vision depth 2, hidden 64, patch 16, merge 2, deepstack
+    from blocks 0 and 1; audio encoder 2 layers, d_model 64, ``n_window`` 50;
+    ``position_id_per_seconds`` 13 (as released). Thinker weights only."""
+    folder = Path(folder)
+    ids = _omni_tokenizer(folder, QWEN3_OMNI_SPECIALS, _QWEN3_OMNI_TOKEN_NAMES, "Qwen3OmniMoeProcessor")
+    eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text = _qwen_text(
+        "qwen3_omni_moe_text",
+        ids,
+        head_dim=64,
+        max_position_embeddings=8192,
+        rope_scaling={
+            "rope_type": "default",
+            "mrope_section": [12, 10, 10],
+            "mrope_interleaved": True,
+            "interleaved": True,
+        },
+        attention_bias=False,
+        moe_intermediate_size=64,
+        num_experts=4,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        norm_topk_prob=True,
+        mlp_only_layers=[],
+        sliding_window=None,
+    )
+    thinker = {
+        "model_type": "qwen3_omni_moe_thinker",
+        "audio_token_id": ids["<|audio_pad|>"],
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "audio_start_token_id": ids["<|audio_start|>"],
+        "audio_end_token_id": ids["<|audio_end|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "user_token_id": ids["<|im_start|>"],
+        "position_id_per_seconds": 13,
+        "seconds_per_chunk": 2,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "text_config": text,
+        "vision_config": {
+            "model_type": "qwen3_omni_moe_vision_encoder",
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "in_channels": 3,
+            "hidden_act": "gelu_pytorch_tanh",
+            "out_hidden_size": 128,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 256,
+            # vLLM reads these two (released: 768 / 16 = 48 a side, 2304 position embeddings)
+            "image_size": 256,
+            "apply_vit_abs_pos_embed": True,
+            "deepstack_visual_indexes": [0, 1],
+            "initializer_range": 0.02,
+        },
+        "audio_config": {
+            "model_type": "qwen3_omni_moe_audio_encoder",
+            "num_mel_bins": 128,
+            "encoder_layers": 2,
+            "encoder_attention_heads": 2,
+            "encoder_ffn_dim": 128,
+            "d_model": 64,
+            "activation_function": "gelu",
+            "scale_embedding": False,
+            "max_source_positions": 1500,
+            "n_window": 50,
+            "n_window_infer": 800,
+            "conv_chunksize": 500,
+            "downsample_hidden_size": 32,
+            "output_dim": 128,
+            "initializer_range": 0.02,
+        },
+    }
+    config = {
+        "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+        "model_type": "qwen3_omni_moe",
+        "torch_dtype": "float32",
+        "enable_audio_output": False,
+        "thinker_config": thinker,
+    }
+    _write_json(folder / "config.json", config)
+    image = _qwen_image_processor(
+        16, "Qwen3OmniMoeProcessor", "Qwen2VLImageProcessorFast", _STANDARD_MEAN, _STANDARD_MEAN
+    )
+    _write_json(folder / "preprocessor_config.json", {**image, **_whisper_features()})
+    video = {
+        **{k: v for k, v in image.items() if k != "image_processor_type"},
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "min_frames": 2,
+        "max_frames": 16,
+        "do_sample_frames": False,
+        "cap_pixels_per_frame": False,
+    }
+    _write_json(folder / "video_preprocessor_config.json", video)
+    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Qwen3OmniMoeThinkerForConditionalGeneration", seed, submodel="thinker")
+    return folder
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "qwen2_5_vl": build_qwen2_5_vl,
     "qwen3_vl": build_qwen3_vl,
     "glm4v": build_glm4v,
+    "qwen2_5_omni": build_qwen2_5_omni,
+    "qwen3_omni_moe": build_qwen3_omni,
 }
 
 
 def build(family: str, folder: str | Path, seed: int = 0) -> Path:
-    """Build the tiny checkpoint of ``family`` (one of :data:`FAMILIES`) in ``folder``."""
+    """Build the tiny checkpoint of ``family`` (one of :data:`FAMILIES` or :data:`OMNI_FAMILIES`) in
+    ``folder``."""
     try:
         builder = BUILDERS[family]
     except KeyError:
-        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}") from None
+        raise ValueError(f"unknown family {family!r}; expected one of {tuple(BUILDERS)}") from None
     return builder(folder, seed=seed)
 
 

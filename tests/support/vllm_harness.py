@@ -58,6 +58,13 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "disable_log_stats": False,  # keeps the metrics, vllm:num_preemptions among them
 }
 
+# Per family (config.json model_type), over ENGINE_DEFAULTS: the Omni thinker takes audio too.
+FAMILY_ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_5_omni": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}},
+    # its prompts are shorter (119 tokens at most): a smaller cache, so that the eight preempt
+    "qwen3_omni_moe": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}, "max_model_len": 160},
+}
+
 # Offline, quiet, small: the environment of every run (in-process runs: set by the conftest,
 # before torch is imported). OMP_NUM_THREADS=1: vLLM's CPU worker means to cut torch to one thread
 # but has already replaced torch.set_num_threads by a no-op, so torch keeps one OpenMP thread per
@@ -84,7 +91,8 @@ DEFAULT_RUNNER = "v1"
 
 
 def family_of(model_dir: str | Path) -> str:
-    """The checkpoint's ``model_type`` (``qwen2_5_vl``, ``qwen3_vl`` or ``glm4v``)."""
+    """The checkpoint's ``model_type`` (``qwen2_5_vl``, ``qwen3_vl``, ``glm4v``, ``qwen2_5_omni`` or
+    ``qwen3_omni_moe``)."""
     return json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
 
 
@@ -206,10 +214,113 @@ def prompts(family: str) -> dict[str, dict[str, Any]]:
     return result
 
 
+def audio(seconds: float, seed: int = 0, sampling_rate: int = 16000) -> tuple[np.ndarray, int]:
+    """A random mono waveform as vLLM takes it: ``(float32 samples, sampling_rate)``."""
+    samples = np.random.default_rng(seed).standard_normal(int(round(seconds * sampling_rate)))
+    return (0.1 * samples).astype(np.float32), sampling_rate
+
+
+OMNI_PLACEHOLDERS = {
+    "qwen2_5_omni": {
+        "image": "<|vision_bos|><|IMAGE|><|vision_eos|>",
+        "video": "<|vision_bos|><|VIDEO|><|vision_eos|>",
+        "audio": "<|audio_bos|><|AUDIO|><|audio_eos|>",
+    },
+    "qwen3_omni_moe": {
+        "image": "<|vision_start|><|image_pad|><|vision_end|>",
+        "video": "<|vision_start|><|video_pad|><|vision_end|>",
+        "audio": "<|audio_start|><|audio_pad|><|audio_end|>",
+    },
+}
+
+OMNI_PROMPT_NAMES = (
+    "text",
+    "image",
+    "image_long",
+    "audio",
+    "audio_long",
+    "video",
+    "video_with_audio",
+    "image_audio",
+)
+
+
+def omni_prompts(family: str) -> dict[str, dict[str, Any]]:
+    """The prompts of an Omni thinker (``qwen2_5_omni``, ``qwen3_omni_moe``), by name
+    (:data:`OMNI_PROMPT_NAMES`, in that order):
+
+    - ``text``: text only;
+    - ``image``: short text, one image (3 x 5 merged tokens), text;
+    - ``image_long``: ~50 text tokens, an image of 4 x 6 tokens, text: the first 64-token chunk ends
+      inside the image;
+    - ``audio``: 1.3 s of audio (130 feature frames: Qwen2.5-Omni 32 audio tokens, Qwen3-Omni 17),
+      positioned like text;
+    - ``audio_long``: 4.5 s (450 frames: 112 tokens, Qwen3-Omni 59): prefill chunks end inside it;
+    - ``video``: 8 frames of 2 x 2 tokens at 1 fps: grid (4, 4, 4), 2 s a temporal patch: t ids 0, 50,
+      100, 150 (Qwen2.5-Omni, 25 a second), 0, 26, 52, 78 (Qwen3-Omni, 13): the temporal extent
+      passes the spatial one by far;
+    - ``video_with_audio``: ``use_audio_in_video``: 8 frames of 2 x 2 tokens at 2 fps and 3.1 s of
+      audio (Qwen2.5-Omni 77 tokens, interleaved in 2-second chunks of 50 position units; Qwen3-Omni
+      41, merged with the frames by time);
+    - ``image_audio``: an image (3 x 3) and 1 s of audio (25 tokens, Qwen3-Omni 13) in one prompt.
+
+    Images and frames are multiples of :func:`unit` pixels, so the processors keep their size. The
+    Omni processors put their own video size (128 to 768 merged tokens a frame) above the video
+    processor's config: each video prompt names the small one (``mm_processor_kwargs``).
+    """
+    u = unit(family)
+    ph = OMNI_PLACEHOLDERS[family]
+    img, vid, aud = ph["image"], ph["video"], ph["audio"]
+    # 4 to 24 merged tokens a frame, as the checkpoints' image processors
+    video_size = {"size": {"shortest_edge": u * u * 4, "longest_edge": u * u * 24}}
+    result: dict[str, dict[str, Any]] = {
+        "text": {"prompt": "The quick brown fox jumps over the lazy dog. Tell me a story about the sea."},
+        "image": {
+            "prompt": f"Describe the image. {img} What is in the picture?",
+            "multi_modal_data": {"image": image(3 * u, 5 * u, seed=1)},
+        },
+        "image_long": {
+            "prompt": f"{_LONG_TEXT} {img} Describe the image.",
+            "multi_modal_data": {"image": image(4 * u, 6 * u, seed=2)},
+        },
+        "audio": {
+            "prompt": f"Listen. {aud} What is it?",
+            "multi_modal_data": {"audio": audio(1.3, seed=3)},
+        },
+        "audio_long": {
+            "prompt": f"Tell me about the sound. {aud} one two three",
+            "multi_modal_data": {"audio": audio(4.5, seed=4)},
+        },
+        "video": {
+            "prompt": f"What happens in the video? {vid} Tell me.",
+            "multi_modal_data": {"video": video(8, 2 * u, 2 * u, fps=1.0, seed=5)},
+            "mm_processor_kwargs": dict(video_size),
+        },
+        "video_with_audio": {
+            "prompt": f"Describe the video. {vid} one two three four five",
+            "multi_modal_data": {
+                "video": video(8, 2 * u, 2 * u, fps=2.0, seed=6),
+                "audio": audio(3.1, seed=7),
+            },
+            "mm_processor_kwargs": {**video_size, "use_audio_in_video": True},
+        },
+        "image_audio": {
+            "prompt": f"A photo {img} and a sound {aud} compare them.",
+            "multi_modal_data": {"image": image(3 * u, 3 * u, seed=8), "audio": audio(1.0, seed=9)},
+        },
+    }
+    assert tuple(result) == OMNI_PROMPT_NAMES
+    return result
+
+
 def prompt_list(family: str, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The prompts named (all of :data:`PROMPT_NAMES` by default), in that order."""
-    table = prompts(family)
-    return [table[name] for name in (names or PROMPT_NAMES)]
+    """The prompts named (all of :data:`PROMPT_NAMES`, for the Omni thinkers :data:`OMNI_PROMPT_NAMES`,
+    by default), in that order."""
+    if family in OMNI_PLACEHOLDERS:
+        table, default = omni_prompts(family), OMNI_PROMPT_NAMES
+    else:
+        table, default = prompts(family), PROMPT_NAMES
+    return [table[name] for name in (names or default)]
 
 
 def has_vision(prompt: Mapping[str, Any]) -> bool:
@@ -224,6 +335,11 @@ ARCHITECTURES = {
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
     "glm4v": "Glm4vForConditionalGeneration",
+}
+# Omni checkpoints: the whole model's architecture (vLLM serves its thinker); inspected on demand
+OMNI_ARCHITECTURES = {
+    "qwen2_5_omni": "Qwen2_5OmniModel",
+    "qwen3_omni_moe": "Qwen3OmniMoeForConditionalGeneration",
 }
 
 
@@ -303,6 +419,7 @@ def in_process_runner(engine: Engine) -> Any:
 def kv_bytes_per_token(model_dir: str | Path, dtype_bytes: int = 4) -> int:
     """KV cache bytes one token takes in all layers (float32 by default)."""
     config = json.loads((Path(model_dir) / "config.json").read_text())
+    config = config.get("thinker_config", config)  # an Omni model: the thinker's text model
     text = config.get("text_config", config)
     heads = text["num_attention_heads"]
     head_dim = text.get("head_dim") or text["hidden_size"] // heads
@@ -316,10 +433,11 @@ def kv_cache_bytes(model_dir: str | Path, tokens: int) -> int:
 
 
 def engine_kwargs(model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
-    """The ``LLM(...)`` keyword arguments of a run: :data:`ENGINE_DEFAULTS`, then ``overrides``;
+    """The ``LLM(...)`` keyword arguments of a run: :data:`ENGINE_DEFAULTS`, the family's
+    :data:`FAMILY_ENGINE_DEFAULTS`, then ``overrides``;
     ``kv_cache_tokens`` (default ``max_model_len`` + 2 blocks: vLLM needs ``max_model_len`` plus
     its null block) becomes ``kv_cache_memory_bytes`` unless that is given."""
-    kwargs = {**ENGINE_DEFAULTS, **overrides}
+    kwargs = {**ENGINE_DEFAULTS, **FAMILY_ENGINE_DEFAULTS.get(family_of(model_dir), {}), **overrides}
     kv_tokens = kwargs.pop("kv_cache_tokens", None)
     if "kv_cache_memory_bytes" not in kwargs:
         if kv_tokens is None:

@@ -9,6 +9,7 @@ with ``enable()`` / ``disable()``; subprocess runs pass it explicitly
 
 Fixtures (session scope): ``vllm_env`` (the settings applied), ``checkpoint`` (a factory:
 family -> checkpoint folder, built once), ``qwen2_5_vl_dir``, ``qwen3_vl_dir``, ``glm4v_dir``,
+``omni_dir`` (the same for ``checkpoints.OMNI_FAMILIES``),
 ``model_dir`` (indirect parametrization by family name), and ``vllm_model_info`` (vLLM's
 model-info cache filled in-process, saving vLLM's 20 s inspection subprocess per architecture);
 per test: ``plugin_off`` (the plugin disabled and its counters zeroed before and after).
@@ -67,7 +68,8 @@ def vllm_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``checkpoint(family) -> Path``: the tiny checkpoint of ``family`` (one of
-    ``checkpoints.FAMILIES``), built on first use in a session temporary folder."""
+    ``checkpoints.FAMILIES`` or ``checkpoints.OMNI_FAMILIES``), built on first use in a session
+    temporary folder."""
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("vllm-checkpoints")
 
@@ -99,6 +101,14 @@ def qwen3_vl_dir(checkpoint: Callable[[str], Path], vllm_model_info: list[str]) 
 @pytest.fixture(scope="session")
 def glm4v_dir(checkpoint: Callable[[str], Path], vllm_model_info: list[str]) -> Path:
     return checkpoint("glm4v")
+
+
+@pytest.fixture(scope="session")
+def omni_dir(request: pytest.FixtureRequest, checkpoint: Callable[[str], Path]) -> Path:
+    """The tiny Omni checkpoint named by indirect parametrization (``checkpoints.OMNI_FAMILIES``), its
+    architecture inspected in this process first."""
+    harness.warm_model_info_cache([harness.OMNI_ARCHITECTURES[request.param]])
+    return checkpoint(request.param)
 
 
 @pytest.fixture(scope="session")
