@@ -598,18 +598,34 @@ def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
         },
     }
+    image = _qwen_image_processor(
+        14, "Qwen2_5OmniProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
+    )
+    _write_omni(folder, "Qwen2_5OmniModel", "qwen2_5_omni", thinker, image, eos, ids["<|endoftext|>"])
+    _save_weights(folder, "Qwen2_5OmniThinkerForConditionalGeneration", seed, submodel="thinker")
+    return folder
+
+
+def _write_omni(
+    folder: Path,
+    architecture: str,
+    model_type: str,
+    thinker: dict[str, Any],
+    image: dict[str, Any],
+    eos: list[int],
+    pad: int,
+) -> None:
+    """An Omni checkpoint's files but the weights: its config (the thinker's, no audio output), one
+    ``preprocessor_config.json`` holding the image processor's and the feature extractor's fields, the
+    video processor's config and the generation config."""
     config = {
-        "architectures": ["Qwen2_5OmniModel"],
-        "model_type": "qwen2_5_omni",
+        "architectures": [architecture],
+        "model_type": model_type,
         "torch_dtype": "float32",
         "enable_audio_output": False,
         "thinker_config": thinker,
     }
     _write_json(folder / "config.json", config)
-    image = _qwen_image_processor(
-        14, "Qwen2_5OmniProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
-    )
-    # One preprocessor_config.json holds the image processor's and the feature extractor's fields.
     _write_json(folder / "preprocessor_config.json", {**image, **_whisper_features()})
     video = {
         **{k: v for k, v in image.items() if k != "image_processor_type"},
@@ -620,9 +636,7 @@ def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
         "cap_pixels_per_frame": False,
     }
     _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, ids["<|endoftext|>"])
-    _save_weights(folder, "Qwen2_5OmniThinkerForConditionalGeneration", seed, submodel="thinker")
-    return folder
+    _generation_config(folder, eos, pad)
 
 
 QWEN3_OMNI_SPECIALS = [
@@ -731,28 +745,18 @@ def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
         },
     }
-    config = {
-        "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
-        "model_type": "qwen3_omni_moe",
-        "torch_dtype": "float32",
-        "enable_audio_output": False,
-        "thinker_config": thinker,
-    }
-    _write_json(folder / "config.json", config)
     image = _qwen_image_processor(
         16, "Qwen3OmniMoeProcessor", "Qwen2VLImageProcessorFast", _STANDARD_MEAN, _STANDARD_MEAN
     )
-    _write_json(folder / "preprocessor_config.json", {**image, **_whisper_features()})
-    video = {
-        **{k: v for k, v in image.items() if k != "image_processor_type"},
-        "video_processor_type": "Qwen2VLVideoProcessor",
-        "min_frames": 2,
-        "max_frames": 16,
-        "do_sample_frames": False,
-        "cap_pixels_per_frame": False,
-    }
-    _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, ids["<|endoftext|>"])
+    _write_omni(
+        folder,
+        "Qwen3OmniMoeForConditionalGeneration",
+        "qwen3_omni_moe",
+        thinker,
+        image,
+        eos,
+        ids["<|endoftext|>"],
+    )
     _save_weights(folder, "Qwen3OmniMoeThinkerForConditionalGeneration", seed, submodel="thinker")
     return folder
 
