@@ -26,7 +26,7 @@ import numpy as np
 
 #: hex digits of the digest in a cache entry's name
 DIGEST_CHARS = 16
-_SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
+_SCALARS = (bool, int, float, complex, str, bytes, slice, type(None), np.generic)
 
 
 def compiled_digest(py_func: types.FunctionType) -> str:

@@ -18,8 +18,8 @@ KNOWN_UNSUPPORTED = {
     "sample at prefill, deltas are 0, grids split by images_per_sample; not a Qwen-style rule",
     "hunyuan_vl": "4 position axes (the last one an image counter), a newline column (W' + 1) per row, and "
     "text positions that images do not shift",
-    "minicpmv4_7": "slices of a canvas with per-marker positions (halo and slice corners), grids given as "
-    "target sizes",
+    "minicpmv4_7": "the thumbnail is resampled over the slice canvas (round(linspace): strides of 2-4, one "
+    "segment per token), and slices and markers put h and w on different bases (a segment has one)",
 }
 
 #: supported model types whose only peer is vLLM (no transformers ``get_rope_index``): tested element for

@@ -103,10 +103,11 @@ class RunnerTable:
     def extend(self, fb: Any, batch: Any) -> torch.Tensor:
         """One ``fill`` of the extend step from the batch's own tensors: (3, extend_num_tokens)."""
         num = int(fb.extend_num_tokens)
-        if self.host:  # the tensors' numpy views: the compiled (or numpy) step, no torch op
+        if self.host:  # the tensors' numpy views (no copy; SGLang's step tensors do not require grad:
+            # one that did would raise, and SGLang's path would serve the step): the compiled step
             out = np.empty((3, num), dtype=np.int64)
             self.table.fill(
-                out, _view(fb.req_pool_indices), _view(fb.extend_prefix_lens), _view(fb.extend_seq_lens)
+                out, fb.req_pool_indices.numpy(), fb.extend_prefix_lens.numpy(), fb.extend_seq_lens.numpy()
             )
             return torch.from_numpy(out)
         out = torch.empty((3, num), dtype=torch.int64, device=fb.seq_lens.device)
@@ -117,7 +118,7 @@ class RunnerTable:
         """``seq_lens - 1 + delta[req_pool_indices]`` (the deltas on the device): (3, batch_size)."""
         if self.host:
             out = np.empty((3, fb.seq_lens.shape[0]), dtype=np.int64)
-            self.table.decode(out, _view(fb.req_pool_indices), _view(fb.seq_lens))
+            self.table.decode(out, fb.req_pool_indices.numpy(), fb.seq_lens.numpy())
             return torch.from_numpy(out)
         out = torch.empty((3, fb.seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
         self.table.decode(out, fb.req_pool_indices, fb.seq_lens)
@@ -132,7 +133,7 @@ class RunnerTable:
         seq_lens = per_request.reshape(-1).to(torch.int64) + 1
         if self.host:
             out = np.empty((3, seq_lens.shape[0]), dtype=np.int64)
-            self.table.decode(out, _view(slots), _view(seq_lens))
+            self.table.decode(out, slots.numpy(), seq_lens.numpy())
             return torch.from_numpy(out)
         out = torch.empty((3, seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
         self.table.decode(out, slots, seq_lens)
@@ -183,12 +184,6 @@ def _image_inputs(
     for start, end in offsets:  # one slice per image, at admission
         ids[start : end + 1] = family.image_token_id
     return ids, np.concatenate(grids), [start for start, _ in offsets]
-
-
-def _view(tensor: torch.Tensor) -> np.ndarray:
-    """A host tensor's numpy view (no copy, no new tensor: SGLang's step tensors do not require grad;
-    one that did would raise, and SGLang's path would serve the step)."""
-    return tensor.numpy()
 
 
 def _rl_on_policy() -> bool:

@@ -4,12 +4,13 @@ vLLM calls ``fill`` every engine step; its numpy path costs ~20 numpy calls (~1 
 the batch), which is most of a step of a few hundred decodes. This module's kernel, compiled once by
 numba (``cache=True``: later processes load it from disk), does the whole step in one call:
 
-1. validation, for every request: the slot is in range and live, ``num_computed >= 0``,
-   ``num_scheduled >= 0``, the last index below the table's bound, (decode) that index past the
-   prompt, the last index's position below ``max_position``, and ``out`` has the columns, no two of
-   its elements sharing memory (and ``num_tokens`` is N). A bad step returns -1 before anything is
-   written: :class:`PositionTable` then runs its numpy path, whose checks (:mod:`._checks`) raise the
-   error, so both paths refuse the same input with the same message;
+1. validation: the index arrays of one length, ``out`` of three rows; for every request: the slot is
+   in range and live, ``num_computed >= 0``, ``num_scheduled >= 0``, the last index below the
+   table's bound, (decode) that index past the prompt, the last index's position below
+   ``max_position``, and ``out`` has the columns, no two of its elements sharing memory (and
+   ``num_tokens`` is N). A bad step returns -1 before anything is written: :class:`PositionTable`
+   then runs its numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse
+   the same input with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
    its segments in order from the one a binary search over the pool's keys finds
    (:func:`mrope.core.compiled.find_segment`, the numba lookup of :mod:`mrope.core.renderer`).
@@ -34,7 +35,7 @@ environment variable ``MROPE_NUMBA`` is ``0``) so that the table uses numpy. ``s
 they are, not copied.
 
 The table calls :func:`step_for`'s compiled function directly, not through numba's dispatcher: the
-dispatcher resolves the types of the eleven arguments at every call, which with an engine's cold
+dispatcher resolves the types of the ten arguments at every call, which with an engine's cold
 caches (a model's forward pass ran between two steps) costs more than the step itself. One
 compilation per kind of index arrays serves every array of any strides (layout ``A``).
 """
@@ -48,19 +49,23 @@ from numba import from_dtype, types
 
 from .._numba_cache import cached_njit
 from ..core.compiled import find_segment, write_run, write_tail
-from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
+from ._pool import FHW0, FIELDS, FIS_TEXT, FT0, FWIDTH, KEYS, OKEY
 from ._state import DEAD, DELTA, KEY, PLEN
 
 
 @cached_njit(nogil=True, boundscheck=False)
-def fill(out, slots, first, count, decode, info, keys, fields, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
+def fill(out, slots, first, count, decode, info, data, max_position, max_index, num_tokens):  # noqa: ANN001, ANN201
     """Positions of one step into ``out``; returns N, or -1 (nothing written) for bad input.
 
-    ``info``, ``keys``, ``fields``: the table's per-request info and its pool's two views (:mod:`._pool`:
-    rows ``FT0 ... OKEY`` of ``fields``).
+    ``info``, ``data``: the table's per-request info and its pool's entries (:mod:`._pool`: row ``KEYS``
+    the keys, rows ``FIELDS`` the fields; one array handed over, not two views: each array argument
+    costs a step about a microsecond of unboxing in an engine's cold caches).
     ``decode``: ``first`` holds seq_lens (index ``first - 1``, one token each), ``count`` is unused.
     ``max_position``, ``num_tokens``: -1 for none."""
     n = slots.shape[0]
+    if first.shape[0] != n or count.shape[0] != n or out.shape[0] != 3:
+        return -1
+    keys, fields = data[KEYS], data[FIELDS]
     max_slots = info.shape[1] - 2
     num = 0
     beyond = False  # a last index's position reaches max_position (an error only if N > 0)
@@ -138,7 +143,6 @@ def step_for(slots: np.dtype, first: np.dtype, count: np.dtype) -> Callable[...,
         *(types.Array(from_dtype(dtype), 1, "A") for dtype in (slots, first, count)),
         types.boolean,
         types.Array(types.int64, 2, "A"),
-        types.Array(types.int64, 1, "A"),
         types.Array(types.int64, 2, "A"),
         types.int64,
         types.int64,

@@ -630,25 +630,19 @@ class PositionTable:
             or count.ndim != 1
             or out.dtype is not _INT64
             or out.ndim != 2
-            or out.shape[0] != 3
             or not out.flags.writeable
             or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
         ):
             return -1
-        n = slots.shape[0]
-        if first.shape[0] != n or count.shape[0] != n:
-            return -1
-        pool = self._pool
         max_position = self.max_position
-        num = step(
+        num = step(  # the kernel checks the arrays' lengths (and returns -1)
             out,
             slots,
             first,
             count,
             decode,
             self._info,
-            pool.keys,
-            pool.fields,
+            self._pool.data,
             -1 if max_position is None else max_position,
             self.max_index,
             -1 if num_tokens is None else num_tokens,
