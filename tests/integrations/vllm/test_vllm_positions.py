@@ -671,8 +671,9 @@ _QWEN_KIN = (
 )
 VLLM_UNSUPPORTED = {
     "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
-    "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its own rule (slices of a canvas with "
-    "per-marker positions), out of this family set",
+    "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "its canvas rule (a thumbnail resampled over the "
+    "slice canvas, h and w on different bases) does not fit mrope's segments; vLLM applies it only where "
+    "the config sets uses_mrope_canvas (sequential positions otherwise)",
     "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
     "colqwen3:ColQwen3Model": _QWEN_KIN.format(rule="Qwen3-VL"),
     "colqwen3_5:ColQwen3_5Model": _QWEN_KIN.format(rule="Qwen3.5"),
