@@ -13,9 +13,9 @@ numpy (this module)     :func:`find_segments`,                 :func:`mrope.core
                         :func:`render_at`,                     ``render_all`` (which finds segments by a
                         :func:`render_tail`                    running count: a sorted walk), the int64 step
                                                                of :class:`mrope.serving.PositionTable`
-                                                               (``fill``, ``decode``, ``fill_ragged`` on the
-                                                               host), the float32 step (:mod:`mrope.serving
-                                                               ._float`)
+                                                               (:mod:`mrope.serving._numpy_step`: ``fill``,
+                                                               ``decode``, ``fill_ragged`` on the host), the
+                                                               float32 step (:mod:`mrope.serving._float`)
 numba                   :func:`mrope.core.compiled             :func:`mrope.core.compiled.render_table` (a
                         .find_segment`, ``write_run``,         sorted walk), the compiled serving step
                         ``write_tail``                         (:mod:`mrope.serving._compiled`)

@@ -9,14 +9,14 @@ numba (``cache=True``: later processes load it from disk), does the whole step i
    table's bound, (decode) that index past the prompt, the last index's position below
    ``max_position``, and ``out`` has the columns, no two of its elements sharing memory (and
    ``num_tokens`` is N). A bad step returns -1 before anything is written: :class:`PositionTable`
-   then runs its numpy path, whose checks (:mod:`._checks`) raise the error, so both paths refuse
-   the same input with the same message;
+   then runs the numpy step (:mod:`._numpy_step`), whose checks (:mod:`._checks`) raise the error,
+   so both paths refuse the same input with the same message;
 2. the positions: a request's tokens past its prompt get ``index + delta``; its prompt tokens walk
    its segments in order from the one a binary search over the pool's keys finds
    (:func:`mrope.core.compiled.find_segment`, the numba lookup of :mod:`mrope.core.renderer`).
 
-Two renders exist, this one and the numpy path's (:meth:`PositionTable.fill`), because they find
-segments differently: numpy searches every token's key at once (``searchsorted``) and divides every
+Two renders exist, this one and the numpy step's (:mod:`._numpy_step`), because they find segments
+differently: numpy searches every token's key at once (``searchsorted``) and divides every
 offset (``divmod``), this kernel walks the few segments a request's tokens cross and keeps the
 quotient and remainder by counting: the segment walk of the compiled render
 (:func:`mrope.core.compiled.write_run`, the formula of :mod:`mrope.core.segments` compiled over

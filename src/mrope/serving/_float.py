@@ -1,12 +1,13 @@
 """The numpy step of a float32 :class:`mrope.serving.PositionTable` (Qwen3-Omni's fractional positions).
 
-The same lookup and render as the int64 step (:mod:`.table`, through :mod:`mrope.core.renderer`), with
-``t0``, ``hw0`` and the deltas read from the state's float64 arrays (:class:`._state.SlotState`; float32
-values). Each position is the render formula in float64 (``t0 + offset``, ``hw0 + q``, ``hw0 + r +
-offset``, exact) rounded once to float32, as :mod:`mrope.core.render` renders ``family.positions()``;
-past the prompt ``float64(index) + delta`` rounded once, which for indices below 2**24 equals
-transformers' float32 ``index + delta`` (a float32 sum computed in float64 and rounded to float32 is the
-correctly rounded float32 sum).
+The same lookup and render as the int64 step (:mod:`._numpy_step`, through :mod:`mrope.core.renderer`),
+with ``t0``, ``hw0`` and the deltas read from the state's float64 arrays (:class:`._state.SlotState`;
+float32 values). Each position is the render formula in float64 (``t0 + offset``, ``hw0 + q``, ``hw0 +
+r + offset``, exact) rounded once to float32, as :mod:`mrope.core.render` renders
+``family.positions()``; past the prompt ``float64(index) + delta`` rounded once, which for indices
+below 2**24 equals transformers' float32 ``index + delta`` (a float32 sum computed in float64 and
+rounded to float32 is the correctly rounded float32 sum). :class:`._numpy_step.NumpyStep` calls it
+once the step's arrays are checked.
 """
 
 from __future__ import annotations

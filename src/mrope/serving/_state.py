@@ -11,9 +11,9 @@
 - the bounds every path checks: ``max_index`` (sequence indices stay below it) and ``max_position``;
 - ``lock``: held by every public call of the table (the numpy step's scratch is shared too).
 
-The host steps (:mod:`.table`'s numpy step, :mod:`._float`'s float32 step, :mod:`._compiled`'s kernel
-given these arrays) and the device mirror (:mod:`.device`) read it; only :class:`SlotState`'s methods
-change it (admission, removal, growth).
+The host steps (the numpy step of :mod:`._numpy_step`, the float32 step of :mod:`._float`, the kernel
+of :mod:`._compiled` given these arrays) and the device mirror (:mod:`.device`) read it; only
+:class:`SlotState`'s methods change it (admission, removal, growth).
 """
 
 from __future__ import annotations

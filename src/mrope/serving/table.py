@@ -1,4 +1,4 @@
-"""The positions state of a serving engine's running requests, and the per-step ``fill`` (CPU path).
+"""The positions state of a serving engine's running requests: :class:`PositionTable`, the facade.
 
 An engine runs each request in a *slot* (vLLM's persistent batch row, SGLang's request pool index):
 the table's state (:class:`._state.SlotState`) keeps, per slot, the request's placed segments
@@ -7,11 +7,13 @@ owns the pool entries from its ``base``, the last one a text segment at the prom
 ends (``index + delta``, the decode tail). A segment's key is ``base << 32 | start``; free entries
 hold ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
 segment of every scheduled token of every request. Positions then follow the render formula of
-:mod:`mrope.core.segments` (offsets counted from each segment's ``origin``). Steps where every token
-lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``. float32
-tables (Qwen3-Omni) take :mod:`._float`'s step; torch tensors the device mirror of :mod:`.device`.
-:meth:`PositionTable.fill_ragged` takes vLLM Model Runner V2's layout (queries at ``query_start_loc``,
-counts per slot): the same step on the host, one Triton launch (:mod:`._triton`) on a GPU.
+:mod:`mrope.core.segments` (offsets counted from each segment's ``origin``).
+
+This module admits and removes requests and sends each step to its path: numpy ``out`` to the numpy
+step of :mod:`._numpy_step` (which hands float32 tables, Qwen3-Omni, to :mod:`._float`), torch tensors
+to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes vLLM Model Runner V2's
+layout (queries at ``query_start_loc``, counts per slot): the same step on the host, one Triton launch
+(:mod:`._triton`) on a GPU.
 
 Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
 :mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
@@ -28,24 +30,17 @@ import numpy as np
 from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
-from ..core.renderer import find_segments, render_at, render_tail
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
-from ._checks import SIGN as _SIGN
-from ._checks import as_index, check_max, check_out, refuse_prompt_decode, table_dtype, validate
-from ._float import fill_float
+from ._checks import as_index, table_dtype
+from ._numpy_step import NumpyStep
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._segments import from_positions, nonempty, positions_input
-from ._state import DEAD as _DEAD
-from ._state import DELTA as _DELTA
-from ._state import KEY as _KEY
-from ._state import PLEN as _PLEN
 from ._state import SlotState
 
 _INT64_MAX = (1 << 63) - 1
-_LAST, _END, _NC, _NS, _INFO = range(5)  # rows of the numpy step's per-request scratch
 BACKENDS = ("auto", "numba", "numpy")
 
 
@@ -175,15 +170,11 @@ class PositionTable:
                 f"in memory (about {_table_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
             ) from None
         self._state = state
-        # the state's parts the numpy step reads, bound once (none is ever replaced: the pool
-        # reallocates its own arrays)
+        # the state's parts the table reads, bound once (none is ever replaced: the pool reallocates
+        # its own arrays)
         self._info, self._pool, self._lock = state.info, state.pool, state.lock
         self.max_index = state.max_index  # sequence indices stay below
-        self._unsigned_bound = self.max_index ^ _SIGN  # the bound of counts ``^ _SIGN`` (see _fill_numpy)
-        self._flags = np.empty(0, dtype=bool)
-        self._grow_scratch(64)
-        self._scratch = np.empty((4, 0), dtype=np.int64)
-        self._arange = np.arange(0, dtype=np.int64)
+        self._numpy = NumpyStep(state)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
         self.backend = "numpy" if self._kernel is None else "numba"
@@ -437,7 +428,7 @@ class PositionTable:
             elif is_torch_tensor(out):
                 device = self._device_state(out.device)
                 return device.fill(out, slots, num_computed, num_scheduled, num_tokens)
-            return self._fill_numpy(out, slots, num_computed, num_scheduled, num_tokens)
+            return self._numpy.fill(out, slots, num_computed, num_scheduled, num_tokens)
 
     def decode(self, out: Any, slots: Any, seq_lens: Any) -> int:
         """Decode positions ``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``.
@@ -455,7 +446,7 @@ class PositionTable:
                         return num
             elif is_torch_tensor(out):
                 return self._device_state(out.device).decode(out, slots, seq_lens)
-            return self._decode_numpy(out, slots, seq_lens)
+            return self._numpy.decode(out, slots, seq_lens)
 
     def fill_ragged(self, out: Any, slots: Any, query_start_loc: Any, slot_num_computed: Any) -> None:
         """Write one engine step's positions in vLLM Model Runner V2's layout (``prepare_positions``).
@@ -523,7 +514,7 @@ class PositionTable:
             try:
                 if self._kernel is not None and self._compiled(view, slots, nc, ns, False, None) >= 0:
                     return
-                self._fill_numpy(view, slots, nc, ns, None)
+                self._numpy.fill(view, slots, nc, ns, None)
             except MRopeError:
                 decreasing = starts[1 : n + 1] < starts[:n]  # (ns < 0 misses differences that wrap)
                 if decreasing.any():
@@ -649,9 +640,9 @@ class PositionTable:
         )
         if num < 0:  # bad input, nothing written: the numpy path names the error
             if decode:
-                self._decode_numpy(out, slots, first)
+                self._numpy.decode(out, slots, first)
             else:
-                self._fill_numpy(out, slots, first, count, num_tokens)
+                self._numpy.fill(out, slots, first, count, num_tokens)
             raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
         return num
 
@@ -662,140 +653,6 @@ class PositionTable:
             return None
         step = self._steps[dtypes] = self._kernel(*dtypes)
         return step
-
-    def _decode_numpy(self, out: Any, slots: Any, seq_lens: Any) -> int:
-        lens = seq_lens
-        if (
-            type(lens) is not np.ndarray
-            or (lens.dtype is not _INT64 and lens.dtype is not _INT32)
-            or lens.ndim != 1
-        ):
-            lens = as_index(seq_lens, "seq_lens")
-        return self._fill_numpy(
-            out, slots, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, seq_lens=lens
-        )
-
-    def _fill_numpy(
-        self, out: Any, slots: Any, nc: Any, ns: Any, num_tokens: int | None, seq_lens: Any = None
-    ) -> int:
-        """:meth:`fill`'s numpy path (and its error messages, for the compiled path too); ``seq_lens``:
-        :meth:`decode`'s (``nc`` is ``seq_lens - 1``), named in its messages."""
-        if not isinstance(out, np.ndarray):
-            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
-        # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
-        if (
-            type(slots) is not np.ndarray
-            or (slots.dtype is not _INT64 and slots.dtype is not _INT32)
-            or slots.ndim != 1
-        ):
-            slots = as_index(slots, "slots")
-        if type(nc) is not np.ndarray or (nc.dtype is not _INT64 and nc.dtype is not _INT32) or nc.ndim != 1:
-            nc = as_index(nc, "num_computed")
-        if type(ns) is not np.ndarray or (ns.dtype is not _INT64 and ns.dtype is not _INT32) or ns.ndim != 1:
-            ns = as_index(ns, "num_scheduled")
-        n = slots.shape[0]
-        decode = seq_lens is not None
-        if decode and seq_lens.shape[0] != n:
-            raise MRopeError(f"slots and seq_lens must have one length, got {n} and {seq_lens.shape[0]}")
-        if nc.shape[0] != n or ns.shape[0] != n:
-            raise MRopeError(
-                f"slots, num_computed and num_scheduled must have one length, got {n}, "
-                f"{nc.shape[0]}, {ns.shape[0]}"
-            )
-        if self._floats:
-            return fill_float(self._state, out, slots, nc, ns, num_tokens, seq_lens)
-        if n == 0:
-            return check_out(out, 0, num_tokens)
-        if self._flags.shape[0] < n:
-            self._grow_scratch(n)
-        # per-request scratch: rows _LAST (end + delta), _END (num_computed + num_scheduled),
-        # _NC and _NS (count ^ _SIGN: counts ordered as unsigned, a negative one above every bound, so
-        # that one max checks both ends and ``end`` cannot wrap), then the slots' info
-        # (_PLEN, _DELTA, _KEY), taken there: one max over rows _LAST ... _PLEN checks every bound
-        scratch = self._slot_info[:, :n]
-        # slot s's info is column s + 1; columns 0 and max_requests + 1 are free that catch
-        # out-of-range slots (mode="clip"), so one take validates slots too
-        index = np.add(slots, 1, out=self._slot_scratch[:n])
-        info = self._info.take(index, axis=1, mode="clip", out=scratch[_INFO:])
-        before = np.less(nc, info[_PLEN], out=self._flags[:n])  # inside the prompt, or a free slot
-        # decode (one token per request, past its prompt)? Compared as bytes: one memcmp each, several
-        # times cheaper than a ufunc and a count
-        ones = self._ones if ns.dtype is _INT64 else self._ones32
-        if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
-            # the last index below the bound (an int32 index always is)
-            if nc.dtype is not _INT32 and np.maximum.reduce(nc) >= self.max_index:
-                validate(self.max_requests, slots, nc, ns, info, self.max_index, seq_lens)
-            check_out(out, n, num_tokens)
-            position = np.add(nc, info[_DELTA], out=index)
-            if self.max_position is not None:
-                check_max(position, self.max_position)
-            render_tail(out[:, :n], position)
-            return n
-        end = np.add(nc, ns, out=scratch[_END], dtype=np.int64)
-        np.bitwise_xor(nc, _SIGN, out=scratch[_NC], dtype=np.int64)
-        np.bitwise_xor(ns, _SIGN, out=scratch[_NS], dtype=np.int64)
-        if self.max_position is None:
-            highest = [0, *np.maximum.reduce(scratch[_END : _INFO + 1], axis=1).tolist()]
-        else:
-            np.add(end, info[_DELTA], out=scratch[_LAST])
-            highest = np.maximum.reduce(scratch[: _INFO + 1], axis=1).tolist()
-        if (
-            highest[_INFO] == _DEAD
-            or highest[_NC] > self._unsigned_bound
-            or highest[_NS] > self._unsigned_bound
-            or highest[_END] > self.max_index
-        ):
-            validate(self.max_requests, slots, nc, ns, info, self.max_index, seq_lens)  # raises
-        if decode:  # here only with an index inside its prompt (not the fast path above)
-            refuse_prompt_decode(slots, nc, info[_PLEN])
-        cum = np.add.accumulate(ns, out=scratch[_NC])  # each request's last column + 1 (int64)
-        num = int(cum[-1])
-        check_out(out, num, num_tokens)
-        # the last index's position (inside the prompt, it is at most the prompt's largest, checked at
-        # add); requests without scheduled tokens too: one rule on every path
-        if self.max_position is not None and highest[_LAST] > self.max_position:
-            check_max(scratch[_LAST] - 1, self.max_position)
-        if num == 0:
-            return 0
-        # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
-        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: the decode tail
-            if self.max_position is None:
-                np.add(end, info[_DELTA], out=scratch[_LAST])
-            # each request's delta is folded into its first index (one add per request, not per token)
-            index = np.subtract(scratch[_LAST], cum, out=scratch[_LAST]).repeat(ns)
-            index += self._ramp(num)
-            render_tail(out[:, :num], index)
-            return num
-        start = np.subtract(end, cum, out=scratch[_END])
-        start += info[_KEY]
-        key = start.repeat(ns)
-        key += self._ramp(num)
-        pool = self._pool
-        # the pool's rows are a segment table's, keyed base << 32 | index: one lookup, one render
-        seg = find_segments(pool.keys[: pool.top], key)
-        render_at(pool.data, seg, key, out[:, :num], scratch=self._scratch_tokens(num))
-        return num
-
-    def _scratch_tokens(self, num: int) -> np.ndarray:
-        """(4, num) int64 scratch for :func:`mrope.core.renderer.render_at` (grown, never shrunk)."""
-        if self._scratch.shape[1] < num:
-            self._scratch = np.empty((4, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
-        return self._scratch[:, :num]
-
-    def _grow_scratch(self, n: int) -> None:
-        """Scratch for steps of ``n`` requests (grown, never shrunk)."""
-        size = max(n, 2 * self._flags.shape[0])
-        self._flags = np.empty(size, dtype=bool)
-        self._slot_scratch = np.empty(size, dtype=np.int64)
-        self._slot_info = np.empty((_INFO + 3, size), dtype=np.int64)
-        self._ones = np.ones(size, dtype=np.int64).tobytes()
-        self._ones32 = np.ones(size, dtype=np.int32).tobytes()
-        self._zeros = bytes(size)
-
-    def _ramp(self, num: int) -> np.ndarray:
-        if self._arange.shape[0] < num:
-            self._arange = np.arange(max(num, 2 * self._arange.shape[0]), dtype=np.int64)
-        return self._arange[:num]
 
 
 def _table_bytes(max_requests: int, capacity: int, floats: bool) -> int:

@@ -1,0 +1,187 @@
+"""The numpy step of a :class:`mrope.serving.PositionTable`: ``fill`` and ``decode`` vectorized.
+
+:class:`NumpyStep` converts and checks the step's index arrays, then hands a float32 table's step to
+:mod:`._float` and runs an int64 table's here: one ``searchsorted`` over the pool's keys
+(``base << 32 | start``, sorted over the whole pool, see :mod:`._state`) finds the segment of every
+scheduled token of every request, and :mod:`mrope.core.renderer` renders them. Steps where every token
+lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``, the decode
+tail. The count of numpy calls is the cost (~1 us each, whatever the batch): the checks are a few
+reductions over per-request scratch kept between steps, compared as bytes where they can be.
+
+It is also the reference for the compiled step (:mod:`._compiled`): where the kernel refuses a step,
+the table runs this one, whose checks (:mod:`._checks`) raise the error, so both refuse the same input
+with the same message. The table's lock is held around every call (the scratch is shared state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..core.renderer import find_segments, render_at, render_tail
+from ._checks import INT32, INT64, SIGN, as_index, check_max, check_out, refuse_prompt_decode, validate
+from ._float import fill_float
+from ._state import DEAD, DELTA, KEY, PLEN, SlotState
+
+#: rows of the per-request scratch: LAST (end + delta), END (num_computed + num_scheduled), NC and NS
+#: (count ^ SIGN), then the slots' info rows (PLEN, DELTA, KEY) from INFO on
+LAST, END, NC, NS, INFO = range(5)
+
+
+class NumpyStep:
+    """The numpy step over one table's state (:class:`._state.SlotState`) and its scratch, grown to the
+    largest step seen (never shrunk)."""
+
+    def __init__(self, state: SlotState) -> None:
+        # the state's parts the step reads, bound once (none is ever replaced: the pool reallocates its
+        # own arrays)
+        self._state = state
+        self._info, self._pool = state.info, state.pool
+        self._floats = state.floats
+        self._max_slots = state.max_slots
+        self._max_index = state.max_index  # sequence indices stay below
+        self._max_position = state.max_position
+        self._unsigned_bound = state.max_index ^ SIGN  # the bound of counts ``^ SIGN`` (see fill)
+        self._flags = np.empty(0, dtype=bool)
+        self._grow_scratch(64)
+        self._scratch = np.empty((4, 0), dtype=np.int64)
+        self._arange = np.arange(0, dtype=np.int64)
+
+    def decode(self, out: Any, slots: Any, seq_lens: Any) -> int:
+        """:meth:`PositionTable.decode`'s numpy path: :meth:`fill` of index ``seq_lens - 1``, one token
+        per request."""
+        lens = seq_lens
+        if (
+            type(lens) is not np.ndarray
+            or (lens.dtype is not INT64 and lens.dtype is not INT32)
+            or lens.ndim != 1
+        ):
+            lens = as_index(seq_lens, "seq_lens")
+        return self.fill(
+            out, slots, np.subtract(lens, 1, dtype=np.int64), np.ones_like(lens), None, seq_lens=lens
+        )
+
+    def fill(
+        self, out: Any, slots: Any, nc: Any, ns: Any, num_tokens: int | None, seq_lens: Any = None
+    ) -> int:
+        """:meth:`PositionTable.fill`'s numpy path (and its error messages, for the compiled path too);
+        ``seq_lens``: :meth:`decode`'s (``nc`` is ``seq_lens - 1``), named in its messages."""
+        if not isinstance(out, np.ndarray):
+            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
+        # the checks of the decode path cost a few numpy calls: keep Python overhead out of it
+        if (
+            type(slots) is not np.ndarray
+            or (slots.dtype is not INT64 and slots.dtype is not INT32)
+            or slots.ndim != 1
+        ):
+            slots = as_index(slots, "slots")
+        if type(nc) is not np.ndarray or (nc.dtype is not INT64 and nc.dtype is not INT32) or nc.ndim != 1:
+            nc = as_index(nc, "num_computed")
+        if type(ns) is not np.ndarray or (ns.dtype is not INT64 and ns.dtype is not INT32) or ns.ndim != 1:
+            ns = as_index(ns, "num_scheduled")
+        n = slots.shape[0]
+        decode = seq_lens is not None
+        if decode and seq_lens.shape[0] != n:
+            raise MRopeError(f"slots and seq_lens must have one length, got {n} and {seq_lens.shape[0]}")
+        if nc.shape[0] != n or ns.shape[0] != n:
+            raise MRopeError(
+                f"slots, num_computed and num_scheduled must have one length, got {n}, "
+                f"{nc.shape[0]}, {ns.shape[0]}"
+            )
+        if self._floats:
+            return fill_float(self._state, out, slots, nc, ns, num_tokens, seq_lens)
+        if n == 0:
+            return check_out(out, 0, num_tokens)
+        if self._flags.shape[0] < n:
+            self._grow_scratch(n)
+        # per-request scratch: rows LAST (end + delta), END (num_computed + num_scheduled),
+        # NC and NS (count ^ SIGN: counts ordered as unsigned, a negative one above every bound, so
+        # that one max checks both ends and ``end`` cannot wrap), then the slots' info
+        # (PLEN, DELTA, KEY), taken there: one max over rows LAST ... PLEN checks every bound
+        scratch = self._slot_info[:, :n]
+        # slot s's info is column s + 1; columns 0 and max_slots + 1 are free that catch
+        # out-of-range slots (mode="clip"), so one take validates slots too
+        index = np.add(slots, 1, out=self._slot_scratch[:n])
+        info = self._info.take(index, axis=1, mode="clip", out=scratch[INFO:])
+        before = np.less(nc, info[PLEN], out=self._flags[:n])  # inside the prompt, or a free slot
+        # decode (one token per request, past its prompt)? Compared as bytes: one memcmp each, several
+        # times cheaper than a ufunc and a count
+        ones = self._ones if ns.dtype is INT64 else self._ones32
+        if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
+            # the last index below the bound (an int32 index always is)
+            if nc.dtype is not INT32 and np.maximum.reduce(nc) >= self._max_index:
+                validate(self._max_slots, slots, nc, ns, info, self._max_index, seq_lens)
+            check_out(out, n, num_tokens)
+            position = np.add(nc, info[DELTA], out=index)
+            if self._max_position is not None:
+                check_max(position, self._max_position)
+            render_tail(out[:, :n], position)
+            return n
+        end = np.add(nc, ns, out=scratch[END], dtype=np.int64)
+        np.bitwise_xor(nc, SIGN, out=scratch[NC], dtype=np.int64)
+        np.bitwise_xor(ns, SIGN, out=scratch[NS], dtype=np.int64)
+        if self._max_position is None:
+            highest = [0, *np.maximum.reduce(scratch[END : INFO + 1], axis=1).tolist()]
+        else:
+            np.add(end, info[DELTA], out=scratch[LAST])
+            highest = np.maximum.reduce(scratch[: INFO + 1], axis=1).tolist()
+        if (
+            highest[INFO] == DEAD
+            or highest[NC] > self._unsigned_bound
+            or highest[NS] > self._unsigned_bound
+            or highest[END] > self._max_index
+        ):
+            validate(self._max_slots, slots, nc, ns, info, self._max_index, seq_lens)  # raises
+        if decode:  # here only with an index inside its prompt (not the fast path above)
+            refuse_prompt_decode(slots, nc, info[PLEN])
+        cum = np.add.accumulate(ns, out=scratch[NC])  # each request's last column + 1 (int64)
+        num = int(cum[-1])
+        check_out(out, num, num_tokens)
+        # the last index's position (inside the prompt, it is at most the prompt's largest, checked at
+        # add); requests without scheduled tokens too: one rule on every path
+        if self._max_position is not None and highest[LAST] > self._max_position:
+            check_max(scratch[LAST] - 1, self._max_position)
+        if num == 0:
+            return 0
+        # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
+        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: the decode tail
+            if self._max_position is None:
+                np.add(end, info[DELTA], out=scratch[LAST])
+            # each request's delta is folded into its first index (one add per request, not per token)
+            index = np.subtract(scratch[LAST], cum, out=scratch[LAST]).repeat(ns)
+            index += self._ramp(num)
+            render_tail(out[:, :num], index)
+            return num
+        start = np.subtract(end, cum, out=scratch[END])
+        start += info[KEY]
+        key = start.repeat(ns)
+        key += self._ramp(num)
+        pool = self._pool
+        # the pool's rows are a segment table's, keyed base << 32 | index: one lookup, one render
+        seg = find_segments(pool.keys[: pool.top], key)
+        render_at(pool.data, seg, key, out[:, :num], scratch=self._scratch_tokens(num))
+        return num
+
+    def _scratch_tokens(self, num: int) -> np.ndarray:
+        """(4, num) int64 scratch for :func:`mrope.core.renderer.render_at` (grown, never shrunk)."""
+        if self._scratch.shape[1] < num:
+            self._scratch = np.empty((4, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
+        return self._scratch[:, :num]
+
+    def _grow_scratch(self, n: int) -> None:
+        """Scratch for steps of ``n`` requests (grown, never shrunk)."""
+        size = max(n, 2 * self._flags.shape[0])
+        self._flags = np.empty(size, dtype=bool)
+        self._slot_scratch = np.empty(size, dtype=np.int64)
+        self._slot_info = np.empty((INFO + 3, size), dtype=np.int64)
+        self._ones = np.ones(size, dtype=np.int64).tobytes()
+        self._ones32 = np.ones(size, dtype=np.int32).tobytes()
+        self._zeros = bytes(size)
+
+    def _ramp(self, num: int) -> np.ndarray:
+        """``arange(num)`` int64, a view of one kept array (grown, never shrunk)."""
+        if self._arange.shape[0] < num:
+            self._arange = np.arange(max(num, 2 * self._arange.shape[0]), dtype=np.int64)
+        return self._arange[:num]
