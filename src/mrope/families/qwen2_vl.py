@@ -59,7 +59,8 @@ class Qwen2VL(Family):
         if self.video_frames_in_prompt:
             video_part = at.frames("video", self.video_token_id, videos)
         else:
-            video_part = at.items("video", self.video_token_id, *at.video_items(videos, seconds))
+            grids, interval, rounding = at.video_items(videos, seconds)
+            video_part = at.items("video", self.video_token_id, grids, interval, rounding)
         return at.combine([image_part, video_part])
 
     def parse(self, inputs: RequestInputs) -> Blocks:
