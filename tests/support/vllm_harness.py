@@ -63,6 +63,8 @@ FAMILY_ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_5_omni": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}},
     # its prompts are shorter (119 tokens at most): a smaller cache, so that the eight preempt
     "qwen3_omni_moe": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}, "max_model_len": 160},
+    # audio only; its prompts are short (112 tokens at most): a smaller cache, so that they preempt
+    "qwen3_asr": {"limit_mm_per_prompt": {"audio": 2}, "max_model_len": 160},
 }
 
 # Offline, quiet, small: the environment of every run (in-process runs: set by the conftest,
@@ -341,6 +343,8 @@ OMNI_ARCHITECTURES = {
     "qwen2_5_omni": "Qwen2_5OmniModel",
     "qwen3_omni_moe": "Qwen3OmniMoeForConditionalGeneration",
 }
+# The families with vLLM as their only peer (support.checkpoints_vllm_only); inspected on demand
+VLLM_ONLY_ARCHITECTURES = {"qwen3_asr": "Qwen3ASRForConditionalGeneration"}
 
 
 def warm_model_info_cache(architectures: Sequence[str] = tuple(ARCHITECTURES.values())) -> list[str]:
