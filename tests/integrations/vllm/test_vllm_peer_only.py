@@ -1,19 +1,20 @@
 """The vLLM plugin end to end on the families whose only peer is vLLM: vLLM 0.32's CPU engine on tiny
 random checkpoints (:mod:`support.checkpoints_vllm_only`), greedy tokens with and without the plugin.
 
-Which of these vLLM's CPU backend runs from an offline checkpoint: Qwen3-ASR (every token in order,
-the three rows equal; audio placeholders positioned as text). The others do not start here (README,
-"Use with vLLM" says why): Keye-VL, Keye-VL-1.5 and OpenPangu-VL need their vendors' remote code (config
-and processor), BailingMoeV3-VL fails at engine start (its hybrid linear-attention / MLA KV blocks are
-aligned to 128 tokens, which the CPU MLA backend refuses) and takes a remote-code processor, MiniCPM-V 4.6
-is not covered yet, and the plugin keeps vLLM's path for Isaac (its config lacks the placeholder id).
+Which of these vLLM's CPU backend runs from an offline checkpoint: Qwen3-ASR and MiniCPM-V 4.6 (every
+token in order, the three rows equal; audio and image placeholders positioned as text). The others do
+not start here (README, "Use with vLLM" says why): Keye-VL, Keye-VL-1.5 and OpenPangu-VL need their
+vendors' remote code (config and processor), BailingMoeV3-VL fails at engine start (its hybrid
+linear-attention / MLA KV blocks are aligned to 128 tokens, which the CPU MLA backend refuses) and takes a
+remote-code processor, and the plugin keeps vLLM's path for Isaac (its config lacks the placeholder id).
 
-The prompts have text alone, audio of several lengths (a prefill chunk ends inside the long one), a
-prefix-cache hit and two audios in one prompt; the small KV cache preempts requests. Check mode compares
+The prompts have text alone, items (audio, images) of several sizes (a prefill chunk ends inside the long
+prompts' item), a prefix-cache hit and two items in one prompt; the small KV cache preempts Qwen3-ASR's
+requests (MiniCPM-V 4.6's hybrid KV blocks hold a whole prompt: its requests queue). Check mode compares
 every step with vLLM's positions. Negative controls: the t row copied onto h and w changes nothing here
 (the rows are equal), and mrope serving a rule wrong by a little (each placeholder run laid out as a
 ``(1, 1, n)`` block: its w row counts on, its t and h rows stay at the run's first position) changes
-exactly the tokens of the prompts with audio.
+exactly the tokens of the prompts with items.
 """
 
 from __future__ import annotations
@@ -56,9 +57,45 @@ ASR_PROMPTS: dict[str, dict[str, Any]] = {
         "multi_modal_data": {"audio": [harness.audio(1.0, seed=5), harness.audio(2.2, seed=6)]},
     },
 }
-WITH_AUDIO = {"audio", "audio_long", "audio_long_again", "two_audios"}
-PROMPTS = {"qwen3_asr": ASR_PROMPTS}
-PLACEHOLDER = {"qwen3_asr": "<|audio_pad|>"}
+_IMAGE = "<|image_pad|>"
+# MiniCPM-V 4.6: an image of 224 x 224 pixels (or less) is 16 placeholder tokens
+MINICPMV4_6_PROMPTS: dict[str, dict[str, Any]] = {
+    "text": ASR_PROMPTS["text"],
+    "image": {
+        "prompt": f"Describe the image. {_IMAGE} What is in the picture?",
+        "multi_modal_data": {"image": harness.image(224, 224, seed=1)},
+    },
+    "image_long": {
+        "prompt": f"{_LONG_TEXT} {_IMAGE} one two three",
+        "multi_modal_data": {"image": harness.image(168, 224, seed=2)},
+    },
+    "image_long_again": {
+        "prompt": f"{_LONG_TEXT} {_IMAGE} four five six seven",
+        "multi_modal_data": {"image": harness.image(168, 224, seed=2)},
+    },
+    "two_images": {
+        "prompt": f"Compare {_IMAGE} and {_IMAGE} please.",
+        "multi_modal_data": {"image": [harness.image(224, 168, seed=3), harness.image(112, 224, seed=4)]},
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A family's prompts, its placeholder token, the prompts with items (those a wrong rule for the
+    placeholders concerns), and whether its runs preempt requests (a hybrid model's KV block holds a
+    whole prompt: it queues them instead)."""
+
+    prompts: dict[str, dict[str, Any]]
+    placeholder: str
+    with_items: frozenset[str]
+    preempts: bool = True
+
+
+CASES = {
+    "qwen3_asr": Case(ASR_PROMPTS, "<|audio_pad|>", frozenset(ASR_PROMPTS) - {"text"}),
+    "minicpmv4_6": Case(MINICPMV4_6_PROMPTS, _IMAGE, frozenset(MINICPMV4_6_PROMPTS) - {"text"}, False),
+}
 
 
 class _RunsAsBlocks:
@@ -95,14 +132,13 @@ def test_peer_only_tokens_equal_vllm(vllm_only_dir: Path, plugin_off: None) -> N
     """vLLM's own path, check mode and the plugin give the same greedy tokens on every prompt; the
     plugin admitted every request and wrote every step (no fallback); a wrong rule changes exactly the
     tokens of the prompts it concerns."""
-    family = harness.family_of(vllm_only_dir)
-    names = list(PROMPTS[family])
-    prompts = list(PROMPTS[family].values())
+    case = CASES[harness.family_of(vllm_only_dir)]
+    names, prompts = list(case.prompts), list(case.prompts.values())
     with harness.Engine(vllm_only_dir) as engine:
         expected = engine.generate(prompts)
         lengths = dict(zip(names, engine.last.prompt_lengths, strict=True))
-        assert lengths["audio_long"] - lengths["text"] > 60, lengths  # the audio is in the prompt
-        assert engine.last.preemptions > 0, "the run must preempt requests"
+        assert lengths["two_images" if "two_images" in lengths else "two_audios"] > 40, lengths  # the items
+        assert (engine.last.preemptions > 0) == case.preempts, engine.last.preemptions
 
         plugin.enable("check")
         assert engine.generate(prompts) == expected
@@ -125,10 +161,10 @@ def test_peer_only_tokens_equal_vllm(vllm_only_dir: Path, plugin_off: None) -> N
 
         state = harness.in_process_runner(engine)._mrope
         served_family = state.family
-        placeholder = checkpoints.special_ids(vllm_only_dir)[PLACEHOLDER[family]]
+        placeholder = checkpoints.special_ids(vllm_only_dir)[case.placeholder]
         try:
             state.family = runs_as_blocks(served_family, placeholder)
-            assert _changed(names, expected, engine.generate(prompts)) == WITH_AUDIO
+            assert _changed(names, expected, engine.generate(prompts)) == case.with_items
         finally:
             state.family = served_family
         assert engine.generate(prompts) == expected
@@ -143,7 +179,7 @@ def test_peer_only_tokens_equal_vllm(vllm_only_dir: Path, plugin_off: None) -> N
 def test_peer_only_entry_point(vllm_only_dir: Path, plugin_off: None) -> None:
     """``MROPE_VLLM=1`` under vLLM's multiprocessing: the plugin, loaded by vLLM's entry point in the
     engine-core process, serves every request; the tokens equal vLLM's own."""
-    prompts = list(PROMPTS[harness.family_of(vllm_only_dir)].values())
+    prompts = list(CASES[harness.family_of(vllm_only_dir)].prompts.values())
     with harness.Engine(vllm_only_dir) as engine:
         expected = engine.generate(prompts)
     served = harness.run_subprocess_full(vllm_only_dir, prompts, env={"MROPE_VLLM": "1"})
