@@ -771,12 +771,15 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 
 
 def build(family: str, folder: str | Path, seed: int = 0) -> Path:
-    """Build the tiny checkpoint of ``family`` (one of :data:`FAMILIES` or :data:`OMNI_FAMILIES`) in
-    ``folder``."""
+    """Build the tiny checkpoint of ``family`` (one of :data:`FAMILIES`, :data:`OMNI_FAMILIES` or
+    :data:`support.checkpoints_vllm_only.VLLM_ONLY_FAMILIES`) in ``folder``."""
+    from . import checkpoints_vllm_only
+
+    builders = {**BUILDERS, **checkpoints_vllm_only.BUILDERS}
     try:
-        builder = BUILDERS[family]
+        builder = builders[family]
     except KeyError:
-        raise ValueError(f"unknown family {family!r}; expected one of {tuple(BUILDERS)}") from None
+        raise ValueError(f"unknown family {family!r}; expected one of {tuple(builders)}") from None
     return builder(folder, seed=seed)
 
 

@@ -63,6 +63,16 @@ FAMILY_ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_5_omni": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}},
     # its prompts are shorter (119 tokens at most): a smaller cache, so that the eight preempt
     "qwen3_omni_moe": {"limit_mm_per_prompt": {"image": 1, "video": 1, "audio": 1}, "max_model_len": 160},
+    # audio only; its prompts are short (112 tokens at most): a smaller cache, so that they preempt
+    "qwen3_asr": {"limit_mm_per_prompt": {"audio": 2}, "max_model_len": 160},
+    # vLLM's CPU Gated-DeltaNet kernel (its Qwen3.5 backbone) takes bfloat16 only; the hybrid model's
+    # attention blocks grow to the Gated-DeltaNet state's page (544 tokens): room for 3 requests' blocks
+    "minicpmv4_6": {
+        "limit_mm_per_prompt": {"image": 2},
+        "max_model_len": 128,
+        "dtype": "bfloat16",
+        "kv_cache_tokens": 4 * 544,
+    },
 }
 
 # Offline, quiet, small: the environment of every run (in-process runs: set by the conftest,
@@ -340,6 +350,11 @@ ARCHITECTURES = {
 OMNI_ARCHITECTURES = {
     "qwen2_5_omni": "Qwen2_5OmniModel",
     "qwen3_omni_moe": "Qwen3OmniMoeForConditionalGeneration",
+}
+# The families with vLLM as their only peer (support.checkpoints_vllm_only); inspected on demand
+VLLM_ONLY_ARCHITECTURES = {
+    "qwen3_asr": "Qwen3ASRForConditionalGeneration",
+    "minicpmv4_6": "MiniCPMV4_6ForConditionalGeneration",
 }
 
 

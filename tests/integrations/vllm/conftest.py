@@ -9,7 +9,8 @@ with ``enable()`` / ``disable()``; subprocess runs pass it explicitly
 
 Fixtures (session scope): ``vllm_env`` (the settings applied), ``checkpoint`` (a factory:
 family -> checkpoint folder, built once), ``qwen2_5_vl_dir``, ``qwen3_vl_dir``, ``glm4v_dir``,
-``omni_dir`` (the same for ``checkpoints.OMNI_FAMILIES``),
+``omni_dir`` (the same for ``checkpoints.OMNI_FAMILIES``), ``vllm_only_dir`` (for
+``checkpoints_vllm_only.VLLM_ONLY_FAMILIES``),
 ``model_dir`` (indirect parametrization by family name), and ``vllm_model_info`` (vLLM's
 model-info cache filled in-process, saving vLLM's 20 s inspection subprocess per architecture);
 per test: ``plugin_off`` (the plugin disabled and its counters zeroed before and after).
@@ -68,7 +69,8 @@ def vllm_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``checkpoint(family) -> Path``: the tiny checkpoint of ``family`` (one of
-    ``checkpoints.FAMILIES`` or ``checkpoints.OMNI_FAMILIES``), built on first use in a session
+    ``checkpoints.FAMILIES``, ``checkpoints.OMNI_FAMILIES`` or ``checkpoints_vllm_only.VLLM_ONLY_FAMILIES``),
+    built on first use in a session
     temporary folder."""
     built: dict[str, Path] = {}
     root = tmp_path_factory.mktemp("vllm-checkpoints")
@@ -108,6 +110,14 @@ def omni_dir(request: pytest.FixtureRequest, checkpoint: Callable[[str], Path]) 
     """The tiny Omni checkpoint named by indirect parametrization (``checkpoints.OMNI_FAMILIES``), its
     architecture inspected in this process first."""
     harness.warm_model_info_cache([harness.OMNI_ARCHITECTURES[request.param]])
+    return checkpoint(request.param)
+
+
+@pytest.fixture(scope="session")
+def vllm_only_dir(request: pytest.FixtureRequest, checkpoint: Callable[[str], Path]) -> Path:
+    """The tiny checkpoint of a family with vLLM as its only peer, named by indirect parametrization
+    (``checkpoints_vllm_only.VLLM_ONLY_FAMILIES``), its architecture inspected in this process first."""
+    harness.warm_model_info_cache([harness.VLLM_ONLY_ARCHITECTURES[request.param]])
     return checkpoint(request.param)
 
 
