@@ -12,14 +12,13 @@ path of :mod:`mrope.core.one_row`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 
-from .._backends import to_int_array, to_numpy
+from .._backends import to_int_array
 from .._errors import MRopeError
 from ..core import (
     FEW_BLOCKS,
@@ -39,6 +38,7 @@ from ..core import (
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from ._grids import check_grids, raise_too_many_tokens
+from ._seconds import check_frame_offsets, check_second_per_grid_ts
 from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
 
 if TYPE_CHECKING:
@@ -143,7 +143,6 @@ class Family:
                 raise MRopeError(f"{self.model_type} needs the setting {name!r} (not found in the config)")
             check_setting(self.model_type, name, value)
         self._video_temporal = int(self.video_temporal_merge)  # (a field read costs less than a property's)
-        self._time_rate = self.time_rate if self.uses_second_per_grid_ts else None
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -253,7 +252,7 @@ class Family:
         audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
         video_offsets = check_offsets(video_offsets, len(videos), "video")
         if frame_offsets is not None:
-            frame_offsets = self.check_frame_offsets(frame_offsets, videos, video_offsets)
+            frame_offsets = check_frame_offsets(self, frame_offsets, videos, video_offsets)
         return RequestInputs(
             ids,
             images,
@@ -267,27 +266,6 @@ class Family:
             row_starts,
             row_lengths,
         )
-
-    def check_frame_offsets(
-        self, frame_offsets: Any, videos: np.ndarray, video_offsets: list[int] | None
-    ) -> np.ndarray:
-        """``frame_offsets`` as an int64 array, one per video frame; only for frame families, with
-        ``video_offsets``."""
-        if not self.video_frames_in_prompt:
-            raise MRopeError(
-                f"{self.model_type} takes no frame_offsets (only families whose videos are frames "
-                "separated by timestamp text: Qwen3-VL, GLM-4.1V and their kin)"
-            )
-        if video_offsets is None:
-            raise MRopeError("frame_offsets needs video_offsets (where each video's placeholders start)")
-        offsets = to_int_array(frame_offsets, name="frame_offsets", ndim=1)
-        count = int(videos[:, 0].sum()) if len(videos) else 0
-        if offsets.shape[0] != count:
-            raise MRopeError(
-                f"frame_offsets has {offsets.shape[0]} values but video_grid_thw describes {count} frames: "
-                "one offset per frame"
-            )
-        return offsets
 
     def no_offsets_message(self) -> str:
         """The refusal of offsets by a family that does not take them."""
@@ -315,10 +293,6 @@ class Family:
         checked as :meth:`request_inputs` checks them: the path of families with
         :attr:`rule_on_items`."""
         raise NotImplementedError(f"{type(self).__name__} has no rule on items")
-
-    def seconds_refused(self) -> MRopeError:
-        """The error for seconds given to a family that does not scale video time."""
-        return MRopeError(f"{self.model_type} does not scale video time: second_per_grid_ts must be None")
 
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
@@ -568,65 +542,13 @@ class Family:
         Every rule on these inputs is here, and all of them cost O(items): grid values, the grids'
         placeholder tokens in all against ``length`` (see :func:`check_grids`; checked before any
         per-item or per-frame array is built, and exactly: a count past int64 would otherwise wrap), and
-        the time of each video's last frame (see :meth:`check_second_per_grid_ts`)."""
+        the time of each video's last frame (see :func:`._seconds.check_second_per_grid_ts`)."""
         merge, temporal = self.spatial_merge_size, self._video_temporal
         images, image_tokens = check_grids(image_grid_thw, "image_grid_thw", merge, 1)
         videos, video_tokens = check_grids(video_grid_thw, "video_grid_thw", merge, temporal)
         if image_tokens + video_tokens > length:
             raise_too_many_tokens(images, videos, length, merge, temporal)
-        return images, videos, self.check_second_per_grid_ts(second_per_grid_ts, videos)
-
-    def check_second_per_grid_ts(self, seconds: Any, videos: np.ndarray) -> Seconds | None:
-        """The seconds per grid step of each video as float64 with the dtype they were given in (None if
-        not given; see :class:`Seconds`): each in ``[0, LARGEST_POSITION]``, and, for families that scale
-        time, no video's last frame past ``LARGEST_POSITION`` (its time index, ``(T - 1) * seconds *
-        time_rate``, would otherwise pass int64 when cast)."""
-        checked, given = None, None
-        if seconds is not None:
-            if not self.uses_second_per_grid_ts:
-                raise self.seconds_refused()
-            arr = seconds if type(seconds) is np.ndarray else to_numpy(seconds, name="second_per_grid_ts")
-            if arr.ndim != 1 or arr.shape[0] != len(videos):
-                raise MRopeError(
-                    f"second_per_grid_ts must have shape ({len(videos)},), one value per video, "
-                    f"got shape {tuple(arr.shape)}"
-                )
-            dtype = arr.dtype
-            if dtype.kind not in "iuf":
-                raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {dtype}")
-            values = arr if dtype is _FLOAT64 else arr.astype(np.float64)
-            checked = Seconds(values, _dtype_of(seconds, dtype))
-            given = values.tolist()
-        if given is not None or (self.uses_second_per_grid_ts and len(videos)):
-            self.check_seconds(given, [t for t, _, _ in videos.tolist()])
-        return checked
-
-    def check_seconds(self, given: list[float] | None, frames: Sequence[int]) -> None:
-        """The rules of :meth:`check_second_per_grid_ts` on Python values: each video's seconds per grid
-        step (``given``; None: not given, :attr:`default_second_per_grid_ts` each) in ``[0,
-        LARGEST_POSITION]`` and, for families that scale time, the time index of each video's last frame
-        (``frames``: each video's T) no further. One Python step per video."""
-        if given is not None:
-            for i, x in enumerate(given):  # (NaN fails ``0 <= x``)
-                if not 0 <= x <= LARGEST_POSITION:
-                    rule = (
-                        f"must be at most {LARGEST_POSITION}"
-                        if 0 <= x < math.inf
-                        else "must be finite and >= 0"
-                    )
-                    raise MRopeError(f"second_per_grid_ts[{i}] = {x}: {rule}")
-        if not self.uses_second_per_grid_ts:
-            return
-        temporal, rate = self._video_temporal, self._time_rate
-        default = self.default_second_per_grid_ts
-        for i, t in enumerate(frames):
-            x = default if given is None else given[i]
-            if (t // temporal - 1) * x * rate > LARGEST_POSITION:
-                raise MRopeError(
-                    f"second_per_grid_ts[{i}] = {x:g}{' (not given)' if given is None else ''}: video "
-                    f"{i}'s last frame (T = {t // temporal}) would get time index "
-                    f"{(t // temporal - 1) * x * rate:.3g}, past the largest position {LARGEST_POSITION}"
-                )
+        return images, videos, check_second_per_grid_ts(self, second_per_grid_ts, videos)
 
 
 def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
@@ -642,28 +564,6 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
             "one offset per item"
         )
     return values
-
-
-def _dtype_of(given: Any, values_dtype: np.dtype) -> str:
-    """The dtype of seconds as given (see :class:`Seconds`), from the dtype numpy read them in: ``"int"``
-    for integers, a tensor's or an array's own floating dtype (a bfloat16 tensor reaches numpy as
-    float32), ``"float32"`` for a list."""
-    if values_dtype.kind in "iu":
-        return "int"
-    dtype = getattr(given, "dtype", None)
-    if dtype is None:
-        return "float32"
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:  # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
-        name = dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
-        if len(_DTYPE_NAMES) < 64:
-            _DTYPE_NAMES[dtype] = name
-    return name
-
-
-#: dtype names by dtype object (numpy's and torch's), as :func:`_dtype_of` found them
-_DTYPE_NAMES: dict[Any, str] = {}
-_FLOAT64 = np.dtype(np.float64)
 
 
 def as_ids(ids: Any) -> np.ndarray:

@@ -226,7 +226,7 @@ def items_at(
 
 def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:
     """Frame blocks (T = 1 each) of videos whose frames' placeholders start at ``offsets`` (checked
-    by :meth:`Family.check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
+    by :func:`._seconds.check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
     which the first and last must be ``token_id``; frames in order, not overlapping. O(frames) in C:
     the prompt is not scanned (a list is read at these indices only)."""
     grids, frame_of = split_frames(videos)

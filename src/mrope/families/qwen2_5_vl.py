@@ -49,9 +49,10 @@ class Qwen2_5_VL(Qwen2VL):
         self, second_per_grid_ts: Seconds | None, videos: np.ndarray | list[list[int]]
     ) -> tuple[np.ndarray | float, int]:
         """``tokens_per_second * second_per_grid_ts`` (1 second when not given) in the videos' time
-        arithmetic (:meth:`time_arithmetic`), and its rounding (:meth:`Family.check_second_per_grid_ts`
-        bounds each video's last time index). A video whose time passes float16's range (transformers'
-        float16 arithmetic gives it garbage positions) is refused."""
+        arithmetic (:meth:`time_arithmetic`), and its rounding
+        (:func:`mrope.families._seconds.check_second_per_grid_ts` bounds each video's last time index).
+        A video whose time passes float16's range (transformers' float16 arithmetic gives it garbage
+        positions) is refused."""
         if len(videos) == 0:
             return 1.0, 0
         arithmetic = self.time_arithmetic(second_per_grid_ts)

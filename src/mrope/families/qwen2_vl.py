@@ -18,6 +18,7 @@ from ..core import BlockRow, Blocks
 from ._base import Family
 from ._grids import grid_tokens, raise_too_many_tokens
 from ._locate import AtOffsets, Locator, OnePrompt, StreamScan
+from ._seconds import check_seconds, seconds_refused
 from .inputs import RequestInputs, Seconds, SplitItems
 
 
@@ -90,9 +91,9 @@ class Qwen2VL(Family):
             grids = [np.array(g, dtype=np.int64).reshape(-1, 3) for g in (images, videos)]
             raise_too_many_tokens(*grids, len(ids), merge, temporal)
         if seconds is not None and not self.uses_second_per_grid_ts:
-            raise self.seconds_refused()
+            raise seconds_refused(self)
         if videos:
-            self.check_seconds(seconds, [t for t, _, _ in videos])
+            check_seconds(self, seconds, [t for t, _, _ in videos])
         at = AtOffsets(ids, items, merge, self.item_video_items)
         return self.vision_blocks(at, images, videos, seconds)
 
@@ -135,7 +136,6 @@ _KEPT_STEPS = 256  # the videos' time steps :meth:`Qwen2VL.item_rows` keeps, by 
 _ITEM_PATH_HOOKS = (
     "request_inputs",
     "check_vision_inputs",
-    "check_second_per_grid_ts",
     "prompt_blocks",
     "vision_blocks",
     "video_items",
