@@ -142,18 +142,17 @@ class HunYuanVL(Family):
 
     def items(self, start: np.ndarray, grids: np.ndarray, row_starts: np.ndarray) -> ItemBlocks:
         """The images whose grid tokens start at ``start`` (grids before merging), numbered in order,
-        as :class:`ItemBlocks` that keep the index."""
+        as :class:`ItemBlocks` that keep the index. (The index rows reach ``L - 1``: a row's delta is
+        at least 0 where they lead, :meth:`stream_positions`.)"""
         merged = grids // merge_divisor(self.spatial_merge_size)
         height, width = merged[:, 1], merged[:, 2] + 1  # (width: with the newline)
         tokens = height * width
         reach = np.maximum(np.arange(start.size), np.maximum(height - 1, width - 1))
-        first, counts, widths, peaks = start.tolist(), tokens.tolist(), width.tolist(), reach.tolist()
-        index_rows = self.num_dims > 3
+        first, widths, peaks = start.tolist(), width.tolist(), reach.tolist()
 
         def lay_out(i: int, base: Any, out: SegmentBuilder) -> tuple[int, int]:
             out.add(first[i], i, 0, widths[i], 0)
-            last = int(base) + counts[i] - 1  # the index of its last token
-            return max(peaks[i], last) if index_rows else peaks[i], last
+            return peaks[i], peaks[i]  # (text resumes at its index: keeps_index)
 
         end = start + tokens
         row = row_starts.searchsorted(start, side="right") - 1
@@ -161,13 +160,15 @@ class HunYuanVL(Family):
 
     def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:
         positions, delta = super().stream_positions(inputs)
+        if self.num_dims > 3:
+            np.maximum(delta, 0, out=delta)
         return self.rows(positions, *inputs.rows()), delta
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
         if segments:
             raise self.segment_rows_error("Family.segments (and the serving PositionTable)")
         positions, delta = super().prompt(inputs, segments=False)
-        return self.rows(positions, *inputs.rows()), delta
+        return self.rows(positions, *inputs.rows()), max(delta, 0) if self.num_dims > 3 else delta
 
     def rows(self, rendered: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray) -> np.ndarray:
         """The family's rows from the segment model's (t, h, w): the index in the row ``num_dims - 3``
