@@ -133,7 +133,10 @@ def test_config_reading_names_missing_fields():
     family = mrope.from_config(config)
     assert family.num_dims == 4 and family.prompt_markers()["image_start_token_id"] == START
     assert mrope.from_config({**config, "im_start_id": 3}).prompt_markers()["image_start_token_id"] == 3
-    with pytest.raises(MRopeError, match="text_config.rope_parameters.mrope_section: not found"):
+    with pytest.raises(
+        MRopeError,
+        match="needs the setting 'num_dims' \\(not found in text_config.rope_parameters.mrope_section",
+    ):
         mrope.from_config({**config, "text_config": {}})
     with pytest.raises(MRopeError, match="num_dims .* must be at least 3, got 2"):
         mrope.from_config({**config, "text_config": {"rope_parameters": {"mrope_section": [32, 32]}}})

@@ -255,6 +255,8 @@ class FamilySetup:
     ``text``: text_config fields (HunYuan-VL's ``rope_parameters``, whose ``mrope_section`` sets its rows).
     ``batch_counts_images``: the last row numbers the images across a batch's rows (HunYuan-VL, as
     transformers counts them), so a row alone differs from its row of the batch there.
+    ``segment_rows``: the positions are the segment model's rows (t, h, w), which ``show``, the serving
+    table and the integrations take (False: HunYuan-VL, which they refuse).
     """
 
     model_type: str
@@ -265,6 +267,7 @@ class FamilySetup:
     sglang_image_frames: int = 2
     text: dict[str, Any] = field(default_factory=dict)
     batch_counts_images: bool = False
+    segment_rows: bool = True
 
     @property
     def omni(self) -> bool:
@@ -307,6 +310,7 @@ FAMILY_SETUPS = {
         edge_layouts=False,
         text={"rope_parameters": HUNYUAN_ROPE},
         batch_counts_images=True,
+        segment_rows=False,
     ),
     "hunyuan_vl-3rows": FamilySetup(
         "hunyuan_vl",
@@ -314,6 +318,7 @@ FAMILY_SETUPS = {
         edge_layouts=False,
         text={"rope_parameters": {**HUNYUAN_ROPE, "mrope_section": [32, 16, 16]}},
         batch_counts_images=True,
+        segment_rows=False,
     ),
     "qwen2_5_omni": FamilySetup("qwen2_5_omni", sglang="none", edge_layouts=False),
     # position_id_per_seconds 25 (the class default) and 13 (the checkpoints)

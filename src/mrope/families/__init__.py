@@ -124,7 +124,8 @@ def from_config(
         raise MRopeError(f"{model_type} takes no setting {unknown}; its settings are {sorted(names)}")
     missing = next((name for name in cls.required_settings() if settings.get(name) is None), None)
     if missing is not None:
-        raise MRopeError(f"{model_type} needs the setting {missing!r} (not found in the config)")
+        where = cls.setting_sources.get(missing, "the config")
+        raise MRopeError(f"{model_type} needs the setting {missing!r} (not found in {where})")
     return cls(model_type, compat=compat, video_time=video_time, config=cfg, **settings)
 
 

@@ -125,6 +125,9 @@ class Family:
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
     #: three, (t, h, w), for every family but HunYuan-VL (:meth:`segment_rows_error`)
     num_dims: ClassVar[int] = 3
+    #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
+    #: config without it names the field)
+    setting_sources: ClassVar[Mapping[str, str]] = {}
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)

@@ -16,7 +16,7 @@ across the rows of a batch, as transformers counts it (its counter is not reset 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -24,7 +24,7 @@ import numpy as np
 from .._errors import MRopeError
 from ..core import ItemBlocks, SegmentBuilder
 from ._base import Family
-from ._grids import check_newline_tokens, merge_divisor, newline_tokens
+from ._grids import check_newline_tokens, newline_tokens
 from .inputs import RequestInputs, Seconds
 
 if TYPE_CHECKING:
@@ -45,11 +45,12 @@ class HunYuanVL(Family):
     #: image tokens of a run beyond its grid's (the processor's ``cat_extra_token``: its first and last,
     #: which keep their index); a run without them is accepted too, as transformers accepts it
     run_extra_tokens: ClassVar[int] = 2
+    setting_sources = {"num_dims": "text_config.rope_parameters.mrope_section, whose length it is"}
 
     image_token_id: int
     spatial_merge_size: int
     #: rows of positions: ``len(text_config.rope_parameters.mrope_section)``, at least 3
-    num_dims: int  # type: ignore[misc]
+    num_dims: int = field()  # type: ignore[misc]  # (required: field() hides Family's 3)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -67,11 +68,6 @@ class HunYuanVL(Family):
         section = rope.get("mrope_section") if isinstance(rope, Mapping) else None
         if section is not None:
             found["num_dims"] = len(section)
-        elif "num_dims" not in found:
-            raise MRopeError(
-                f"{config.get('model_type')} reads its rows of positions from "
-                "text_config.rope_parameters.mrope_section: not found in the config"
-            )
         return found
 
     def prompt_markers(self) -> dict[str, int]:
@@ -144,9 +140,9 @@ class HunYuanVL(Family):
         """The images whose grid tokens start at ``start`` (grids before merging), numbered in order,
         as :class:`ItemBlocks` that keep the index. (The index rows reach ``L - 1``: a row's delta is
         at least 0 where they lead, :meth:`stream_positions`.)"""
-        merged = grids // merge_divisor(self.spatial_merge_size)
-        height, width = merged[:, 1], merged[:, 2] + 1  # (width: with the newline)
-        tokens = height * width
+        height = grids[:, 1] // self.spatial_merge_size
+        tokens = newline_tokens(grids, self.spatial_merge_size)
+        width = tokens // height  # W' + 1: with the newline column
         reach = np.maximum(np.arange(start.size), np.maximum(height - 1, width - 1))
         first, widths, peaks = start.tolist(), width.tolist(), reach.tolist()
 
@@ -162,17 +158,18 @@ class HunYuanVL(Family):
         positions, delta = super().stream_positions(inputs)
         if self.num_dims > 3:
             np.maximum(delta, 0, out=delta)
-        return self.rows(positions, *inputs.rows()), delta
+        return self.rows(positions, inputs.rows()[0]), delta
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
         if segments:
             raise self.segment_rows_error("Family.segments (and the serving PositionTable)")
         positions, delta = super().prompt(inputs, segments=False)
-        return self.rows(positions, *inputs.rows()), max(delta, 0) if self.num_dims > 3 else delta
+        return self.rows(positions, inputs.rows()[0]), max(delta, 0) if self.num_dims > 3 else delta
 
-    def rows(self, rendered: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray) -> np.ndarray:
-        """The family's rows from the segment model's (t, h, w): the index in the row ``num_dims - 3``
-        times, then (w, h, t) = (width, height, image ordinal)."""
+    def rows(self, rendered: np.ndarray, row_starts: np.ndarray) -> np.ndarray:
+        """The family's rows from the segment model's (t, h, w) of a stream whose rows start at
+        ``row_starts``: the index in the row ``num_dims - 3`` times, then (w, h, t) = (width, height,
+        image ordinal)."""
         length = rendered.shape[1]
         out = np.empty((self.num_dims, length), dtype=rendered.dtype)
         lead = self.num_dims - 3
