@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
-from support.peers import as_numpy, as_torch_ids, transformers_rope_index
+from support.peers import as_numpy, as_torch_ids, require, transformers_rope_index
 from support.strategies import Image, build_prompt, prompts, text
 
 HUNYUAN = pytest.mark.parametrize("peer", ["hunyuan_vl", "hunyuan_vl-3rows"], indirect=True)
@@ -161,3 +161,17 @@ def test_three_row_consumers_refuse_it(peer):
     with pytest.raises(MRopeError, match=rows + ": MRotaryEmbedding takes only the 3 rows"):
         family.rotary_embedding()
     assert "vLLM integration takes only the 3 rows" in unsupported_reason(family)
+
+
+def test_its_rotary_gives_the_two_halves_of_a_pair_different_rows():
+    # why MRotaryEmbedding (one row per frequency) refuses it: transformers' own recomposition rotates
+    # frequency j by axis 0 in the first half of the head and by axis 2 in the second
+    require("torch", "transformers")
+    import torch
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLRotaryEmbedding
+
+    axis = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 1, 64)  # every frequency holds its axis
+    owner = type("Rotary", (), {"mrope_section": [16, 16, 16, 16]})()
+    rows = HunYuanVLRotaryEmbedding.recomposition_frequencies(owner, axis)[0, 0]
+    assert rows[:32].unique().tolist() == [0.0] and rows[64:96].unique().tolist() == [2.0]
+    assert rows[32:64].unique().tolist() == [1.0] and rows[96:].unique().tolist() == [3.0]
