@@ -47,7 +47,8 @@ def get_rope_index(
 
     Returns
     -------
-    position_ids : shape (3, B, L), int64 (float32 for Qwen3-Omni, whose positions can be fractional)
+    position_ids : shape (num_dims, B, L), int64 (float32 for Qwen3-Omni, whose positions can be
+        fractional); ``num_dims`` is the family's (3, HunYuan-VL: the length of its ``mrope_section``)
     rope_deltas : shape (B, 1), int64 (float32 for Qwen3-Omni)
         Torch tensors on the device of ``input_ids`` if it is a tensor, numpy arrays otherwise.
     """
@@ -70,7 +71,7 @@ def get_rope_index(
     if batch == 0:  # nothing to place; grids must still describe no placeholders
         no_rows = np.zeros(0, dtype=np.int64)
         positions, deltas = family.stream_positions(stream_inputs(ids.reshape(-1), no_rows, no_rows))
-        empty = np.zeros((3, 0, length), dtype=positions.dtype)
+        empty = np.zeros((positions.shape[0], 0, length), dtype=positions.dtype)
         return like_input(empty, input_ids), like_input(deltas.reshape(0, 1), input_ids)
     row_starts = np.arange(batch, dtype=np.int64) * length
     if attention_mask is None:
@@ -92,13 +93,14 @@ def get_rope_index(
             row_starts[1:] = row_lengths.cumsum()[:-1]
             row_starts[0] = 0
     positions, deltas = family.stream_positions(stream_inputs(stream, row_starts, row_lengths))
+    num_dims = positions.shape[0]  # (3 but for HunYuan-VL: family.num_dims)
     if mask is None:
-        position_ids = positions.reshape(3, batch, length)
+        position_ids = positions.reshape(num_dims, batch, length)
     elif padding is not None:  # rows in place
-        position_ids = positions.reshape(3, batch, length)
+        position_ids = positions.reshape(num_dims, batch, length)
         np.copyto(position_ids, 0, where=padding)  # a third of the cost of multiplying by the mask
     else:
-        position_ids = np.zeros((3, batch, length), dtype=positions.dtype)
+        position_ids = np.zeros((num_dims, batch, length), dtype=positions.dtype)
         position_ids[:, mask] = positions
     deltas = deltas.reshape(batch, 1)
     return like_input(position_ids, input_ids), like_input(deltas, input_ids)

@@ -15,7 +15,9 @@ are the family's (:attr:`mrope.Family.prompt_layout`, :meth:`mrope.Family.prompt
 - ``omni``: as whole, an audio ``audio_start, audio pads, audio_end``, a video with its audio
   ``vision_start, audio_start, video pads, audio pads, audio_end, vision_end``;
 - ``newline``: pads only, ``T * H' * (W' + 1)`` of them (a newline token, the item's pad, ends each
-  merged row): image pads for an image, video pads for a video (HY-V4-VL; its config names no markers).
+  merged row): image pads for an image, video pads for a video (HY-V4-VL; its config names no markers);
+- ``hunyuan``: images only, ``image_start, pads, image_end`` with ``H' * (W' + 1)`` pads plus the
+  family's ``run_extra_tokens`` (HunYuan-VL: two more image tokens, the run's first and last).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .families import Family
 
 __all__ = ["DEFAULT_TIMESTAMP_TOKENS", "LAYOUTS", "PART_KINDS", "Prompt", "build_prompt"]
 
-LAYOUTS = ("whole", "frames", "glm", "ernie", "omni", "newline")
+LAYOUTS = ("whole", "frames", "glm", "ernie", "omni", "newline", "hunyuan")
 PART_KINDS = ("text", "image", "video", "audio")
 DEFAULT_TIMESTAMP_TOKENS = 3
 
@@ -136,10 +138,17 @@ def build_prompt(
             images.append(grid)
             if layout == "newline":
                 piece.runs = [(settings["image_token_id"], _newline_tokens(grid, merge))]
+            elif layout == "hunyuan":
+                pads = _newline_tokens(grid, merge) + family.run_extra_tokens
+                piece.runs = block(
+                    settings["image_token_id"], pads, "image_start_token_id", "image_end_token_id"
+                )
             else:
                 piece.runs = block(
                     settings["image_token_id"], grid[0] * grid[1] * grid[2] // merge**2, *image_marks
                 )
+        elif layout == "hunyuan":
+            raise MRopeError(f"{where}: {family.model_type} takes no video")
         else:
             grid = _grid(part["video"], merge, temporal, where)
             videos.append(grid)

@@ -47,6 +47,7 @@ TRANSFORMERS_MODELS = {
     "glm_ocr": ("glm_ocr", "GlmOcrModel"),
     "ernie4_5_vl_moe": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeModel"),
     "hy_v4_vl": ("hy_v4_vl", "HYV4VLModel"),
+    "hunyuan_vl": ("hunyuan_vl", "HunYuanVLModel"),
     "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniPreTrainedModelForConditionalGeneration"),
     "qwen3_omni_moe": ("qwen3_omni_moe", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"),
 }
@@ -54,13 +55,15 @@ TRANSFORMERS_MODELS["qwen2_5_omni_thinker"] = TRANSFORMERS_MODELS["qwen2_5_omni"
 TRANSFORMERS_MODELS["qwen3_omni_moe_thinker"] = TRANSFORMERS_MODELS["qwen3_omni_moe"]
 
 
-def transformers_config(model_type: str, **vision: Any) -> Any:
-    """A default transformers config of ``model_type``; ``vision`` overrides vision_config fields."""
+def transformers_config(model_type: str, text: dict[str, Any] | None = None, **vision: Any) -> Any:
+    """A default transformers config of ``model_type``; ``vision`` overrides vision_config fields,
+    ``text`` text_config fields."""
     from transformers import AutoConfig
 
-    return (
-        AutoConfig.for_model(model_type, vision_config=vision) if vision else AutoConfig.for_model(model_type)
-    )
+    given = {"vision_config": vision} if vision else {}
+    if text:
+        given["text_config"] = text
+    return AutoConfig.for_model(model_type, **given)
 
 
 def transformers_omni_config(model_type: str, **thinker: Any) -> Any:
@@ -89,7 +92,9 @@ def mm_token_type_ids(family: Family, input_ids: Any) -> Any:
         )
         image = ids == family.image_token_id
         return (image & (depth <= 0)).int() + 2 * (image & (depth > 0)).int()
-    return (ids == family.image_token_id).int() + 2 * (ids == family.video_token_id).int()
+    image = (ids == family.image_token_id).int()
+    video_token_id = getattr(family, "video_token_id", None)  # (HunYuan-VL has images only)
+    return image if video_token_id is None else image + 2 * (ids == video_token_id).int()
 
 
 def transformers_rope_index(family: Family, config: Any, input_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -247,6 +252,11 @@ class FamilySetup:
     ``markers_optional``: transformers finds blocks without their markers (Qwen2/2.5-VL).
     ``sglang_image_frames``: the most frames of an image on which SGLang agrees (processors give images
     one frame; SGLang scales Qwen2.5-VL's image time as its video time, with 0 seconds per grid).
+    ``text``: text_config fields (HunYuan-VL's ``rope_parameters``, whose ``mrope_section`` sets its rows).
+    ``batch_counts_images``: the last row numbers the images across a batch's rows (HunYuan-VL, as
+    transformers counts them), so a row alone differs from its row of the batch there.
+    ``segment_rows``: the positions are the segment model's rows (t, h, w), which ``show``, the serving
+    table and the integrations take (False: HunYuan-VL, which they refuse).
     """
 
     model_type: str
@@ -255,11 +265,18 @@ class FamilySetup:
     edge_layouts: bool = True
     markers_optional: bool = False
     sglang_image_frames: int = 2
+    text: dict[str, Any] = field(default_factory=dict)
+    batch_counts_images: bool = False
+    segment_rows: bool = True
 
     @property
     def omni(self) -> bool:
         return self.model_type in OMNI_TYPES
 
+
+#: HunYuan-VL's rope parameters (head_dim 128: the sections sum to 64); transformers' default has no
+#: mrope_section, and its get_rope_index needs one
+HUNYUAN_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16, 16, 16, 16]}
 
 # name -> setup: every supported model type (test_coverage checks that none is missing)
 FAMILY_SETUPS = {
@@ -286,6 +303,23 @@ FAMILY_SETUPS = {
     "ernie4_5_vl_moe": FamilySetup("ernie4_5_vl_moe", edge_layouts=False),
     # a newline token ends every merged row; SGLang has no position code for it
     "hy_v4_vl": FamilySetup("hy_v4_vl", sglang="none"),
+    # four rows (the checkpoints' mrope_section) and three; images do not shift text; no SGLang code
+    "hunyuan_vl": FamilySetup(
+        "hunyuan_vl",
+        sglang="none",
+        edge_layouts=False,
+        text={"rope_parameters": HUNYUAN_ROPE},
+        batch_counts_images=True,
+        segment_rows=False,
+    ),
+    "hunyuan_vl-3rows": FamilySetup(
+        "hunyuan_vl",
+        sglang="none",
+        edge_layouts=False,
+        text={"rope_parameters": {**HUNYUAN_ROPE, "mrope_section": [32, 16, 16]}},
+        batch_counts_images=True,
+        segment_rows=False,
+    ),
     "qwen2_5_omni": FamilySetup("qwen2_5_omni", sglang="none", edge_layouts=False),
     # position_id_per_seconds 25 (the class default) and 13 (the checkpoints)
     "qwen3_omni_moe": FamilySetup("qwen3_omni_moe", edge_layouts=False),
@@ -436,11 +470,15 @@ class PeerSetup:
             err_msg=f"deltas, {context}",
             strict=True,
         )
+        # (HunYuan-VL numbers its images across the batch, on its last row: a row alone differs there)
+        rows_alone = slice(0, -1) if self.setup.batch_counts_images else slice(None)
         for r, prompt in enumerate(batch.prompts):
             alone, alone_delta = family.positions(prompt.input_ids, **prompt.kwargs())
             real = batch.real(r)
-            np.testing.assert_array_equal(alone, positions[:, r, real], err_msg=f"row {r} alone, {context}")
-            assert alone_delta == deltas[r, 0], (
+            np.testing.assert_array_equal(
+                alone[rows_alone], positions[rows_alone, r, real], err_msg=f"row {r} alone, {context}"
+            )
+            assert self.setup.batch_counts_images or alone_delta == deltas[r, 0], (
                 f"row {r} alone: delta {alone_delta} != {deltas[r, 0]}: {context}"
             )
 
@@ -457,7 +495,7 @@ def setup_config(setup: FamilySetup) -> Any:
     """The transformers config of a table row (an Omni config with its thinker settings)."""
     if setup.omni:
         return transformers_omni_config(setup.model_type, **setup.settings)
-    return transformers_config(setup.model_type, **setup.settings)
+    return transformers_config(setup.model_type, setup.text, **setup.settings)
 
 
 @functools.cache

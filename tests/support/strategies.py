@@ -24,6 +24,8 @@ is valid; layouts (:func:`layout_kind`, the family's ``prompt_layout``; :mod:`mr
   video pads, audio pads, audio_end, vision_end``.
 - ``newline`` (HY-V4-VL): pads only, ``T*H'*(W'+1)`` (a newline token ends each merged row); like
   ``whole`` without markers, same-modality neighbours get text between them.
+- ``hunyuan`` (HunYuan-VL): images only, of one frame: ``image_start, image pads * (H'*(W'+1) + 2),
+  image_end``.
 """
 
 from __future__ import annotations
@@ -243,7 +245,8 @@ def _min_audio_seqlen(family: Any) -> int:
 def _items(draw: st.DrawFn, family: Any, sizes: _Sizes) -> list[Image | Video | Audio]:
     kind = layout_kind(family)
     side = st.integers(1, sizes.max_side)
-    image_frames = st.integers(1, sizes.max_image_frames)
+    # HunYuan-VL: images of one frame (the processor's; transformers reads only H and W), no video
+    image_frames = st.just(1) if kind == "hunyuan" else st.integers(1, sizes.max_image_frames)
     images = [
         Image(draw(side), draw(side), draw(image_frames))
         for _ in range(draw(st.integers(0, sizes.max_images)))
@@ -252,7 +255,7 @@ def _items(draw: st.DrawFn, family: Any, sizes: _Sizes) -> list[Image | Video | 
     temporal = getattr(family, "temporal_merge_size", 1) if kind == "ernie" else 1
     seqlen = st.integers(_min_audio_seqlen(family), sizes.max_audio_seqlen) if kind == "omni" else None
     videos = []
-    for _ in range(draw(st.integers(0, sizes.max_videos))):
+    for _ in range(draw(st.integers(0, 0 if kind == "hunyuan" else sizes.max_videos))):
         frames = draw(st.integers(1, sizes.max_frames)) * temporal
         stamps = tuple(tuple(draw(st.lists(TEXT_IDS, max_size=4))) for _ in range(frames)) if split else ()
         audio = draw(seqlen) if sizes.use_audio_in_video and seqlen is not None else None

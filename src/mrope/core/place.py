@@ -11,10 +11,12 @@ the conventions differ and the only place that says where text resumes after a b
   blocks (the fast path of :mod:`mrope.core.one_row`).
 - items laid out by their family (:class:`ItemBlocks`, the Omni thinkers: audio runs, video and audio
   interleaved, fractional time): text resumes after the item's last piece, at ``last + 1``
-  (transformers' thinker code; no other convention exists for them). A scan over items (never tokens
-  or frames) in the positions' arithmetic: Python ints, or float32 for Qwen3-Omni, each sum rounded
-  once as transformers' float32 code rounds it (a text run's base advances by its length; ``cuts`` are
-  where transformers starts a new run of text, so that the next run's base is rounded there).
+  (transformers' thinker code; no other convention exists for them), or, for items that keep the
+  index (``keeps_index``: HunYuan-VL, whose images do not shift text), at its index in the row.
+  A scan over items (never tokens or frames) in the positions' arithmetic: Python ints, or float32
+  for Qwen3-Omni, each sum rounded once as transformers' float32 code rounds it (a text run's base
+  advances by its length; ``cuts`` are where transformers starts a new run of text, so that the next
+  run's base is rounded there).
 
 A block's scaled video time, ``trunc(k * interval)``, is computed here too (:func:`temporal_index`), in
 the arithmetic its family chose (:class:`TimeArithmetic`: vLLM's, SGLang's, or transformers' in the dtype
@@ -184,7 +186,9 @@ class ItemBlocks:
 
     Item ``i`` holds the stream tokens ``[start[i], end[i])`` of row ``row[i]``; ``layout`` writes its
     segments. ``floats``: positions are float32 (Qwen3-Omni). ``cuts``: sorted stream indices, outside
-    every item, where a new run of text starts (float32: its base is rounded there)."""
+    every item, where a new run of text starts (float32: its base is rounded there). ``keeps_index``:
+    text keeps its index in the row (an item's base is its first token's index, text after it resumes
+    at the index of its end), whatever the layout's last piece."""
 
     start: np.ndarray
     end: np.ndarray
@@ -192,6 +196,7 @@ class ItemBlocks:
     layout: ItemLayout
     floats: bool = False
     cuts: np.ndarray | None = None
+    keeps_index: bool = False
 
 
 def scaled_time(
@@ -314,7 +319,9 @@ def _place_items(items: ItemBlocks, row_starts: np.ndarray, row_lengths: np.ndar
         base[i] = text_base
         peak, last = items.layout(i, text_base, out)
         row_max = max(row_max, peak)
-        text_start, text_base = ends[i], num(last + 1)  # text resumes after the item's last piece
+        # text resumes after the item's last piece, or at its own index
+        resume = text_base + (ends[i] - starts[i]) if items.keeps_index else last + 1
+        text_start, text_base = ends[i], num(resume)
         next_base[i] = text_base
         if i + 1 == len(row_of) or row_of[i + 1] != r:  # the row's trailing text
             text_until(int(row_starts[r] + row_lengths[r]))

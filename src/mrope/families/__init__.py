@@ -16,6 +16,7 @@ from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
+from .hunyuan_vl import HunYuanVL
 from .hy_v4_vl import HYV4VL
 from .inputs import ArrayLike, PromptItem, RequestInputs
 from .isaac import Isaac
@@ -48,6 +49,7 @@ FAMILIES: tuple[type[Family], ...] = (
     BailingMoeV3VL,
     Isaac,
     HYV4VL,
+    HunYuanVL,
     Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
@@ -122,7 +124,8 @@ def from_config(
         raise MRopeError(f"{model_type} takes no setting {unknown}; its settings are {sorted(names)}")
     missing = next((name for name in cls.required_settings() if settings.get(name) is None), None)
     if missing is not None:
-        raise MRopeError(f"{model_type} needs the setting {missing!r} (not found in the config)")
+        where = cls.setting_sources.get(missing, "the config")
+        raise MRopeError(f"{model_type} needs the setting {missing!r} (not found in {where})")
     return cls(model_type, compat=compat, video_time=video_time, config=cfg, **settings)
 
 

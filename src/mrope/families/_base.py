@@ -53,6 +53,7 @@ SETTING_KINDS = {
     "spatial_merge_size": "size",
     "temporal_merge_size": "size",
     "n_window": "size",
+    "num_dims": "size",
     "tokens_per_second": "rate",
     "position_id_per_seconds": "rate",
     "seconds_per_chunk": "rate",
@@ -121,6 +122,12 @@ class Family:
     prompt_layout: ClassVar[str | None] = None
     #: marker token ids a config may lack (the released checkpoints' values); a config's own win
     default_markers: ClassVar[Mapping[str, int]] = {}
+    #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
+    #: three, (t, h, w), for every family but HunYuan-VL (:meth:`segment_rows_error`)
+    num_dims: ClassVar[int] = 3
+    #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
+    #: config without it names the field)
+    setting_sources: ClassVar[Mapping[str, str]] = {}
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
@@ -196,6 +203,11 @@ class Family:
         config's ``*_token_id`` ints, then the settings."""
         given = {k: v for k, v in self.config.items() if k.endswith("_token_id") and isinstance(v, int)}
         return {**self.default_markers, **given, **self.settings}
+
+    def segment_rows_error(self, what: str) -> MRopeError | None:
+        """Why ``what`` (the serving table, an engine integration, the rotary embedding), which takes
+        the segment model's rows (t, h, w) only, cannot take this family's positions; None: it can."""
+        return None
 
     def audio_run_ids(self) -> tuple[int, ...]:
         """The token ids that, outside every vision block, are audio (positioned as audio runs); none for
@@ -307,7 +319,7 @@ class Family:
         return place(self.parse(inputs), *inputs.rows(), self.compat)
 
     def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (3, L) of a stream (int64, float32 for Qwen3-Omni) and each row's delta."""
+        """Positions (num_dims, L) of a stream (int64, float32 for Qwen3-Omni) and each row's delta."""
         blocks = self.parse(inputs)
         if isinstance(blocks, Blocks) and inputs.is_one_row and blocks.start.size <= FEW_BLOCKS:
             positions, delta = render_one_row(block_rows(blocks), inputs.length, self.compat)
@@ -399,7 +411,8 @@ class Family:
 
         Returns
         -------
-        positions : numpy.ndarray, shape (3, L), int64 (rows t, h, w); float32 for Qwen3-Omni
+        positions : numpy.ndarray, shape (num_dims, L), int64 (rows t, h, w; :attr:`num_dims` is 3 for
+            every family but HunYuan-VL, see :mod:`mrope.families.hunyuan_vl`); float32 for Qwen3-Omni
         delta : int (float for Qwen3-Omni), ``positions.max() + 1 - L``; a token at sequence index
             ``i >= L`` has position ``i + delta`` on all three rows.
 

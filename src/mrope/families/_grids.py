@@ -92,3 +92,31 @@ def raise_too_many_tokens(
         f"{name}[{i}] = {grid} needs {tokens} placeholder tokens{before}: more than the {length} "
         "tokens of input_ids"
     )
+
+
+def newline_tokens(grids: np.ndarray, merge: int) -> np.ndarray:
+    """Placeholder tokens of each item whose merged rows each end with a newline token (HY-V4-VL,
+    HunYuan-VL): ``T * H' * (W' + 1)`` of a grid (T, H, W) before merging."""
+    merged = grids // merge_divisor(merge)
+    return merged[:, 0] * merged[:, 1] * (merged[:, 2] + 1)
+
+
+def check_newline_tokens(images: np.ndarray, videos: np.ndarray, merge: int, length: int) -> None:
+    """Refuse grids whose :func:`newline_tokens` in all (images first) pass the ``length`` tokens of the
+    stream, naming the first item that does (the shared count, without the newlines, bounds every value
+    by ``length``)."""
+    tokens = np.concatenate([newline_tokens(images, merge), newline_tokens(videos, merge)])
+    total = tokens.cumsum()
+    if total.size and total[-1] > length:
+        first = int((total > length).argmax())
+        name, grids, i = (
+            ("image_grid_thw", images, first)
+            if first < len(images)
+            else ("video_grid_thw", videos, first - len(images))
+        )
+        before = f", {total[first]} with the items before it" if first else ""
+        raise MRopeError(
+            f"{name}[{i}] = {tuple(grids[i].tolist())} needs {tokens[first]} placeholder tokens "
+            f"(T * H' * (W' + 1): a newline token ends each merged row){before}: more than the "
+            f"{length} tokens of input_ids"
+        )

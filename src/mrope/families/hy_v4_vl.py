@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import MRopeError
 from ..core import ItemBlocks, SegmentBuilder
 from ..core.blocks import locate_items
 from ..core.workspace import workspace
 from ._base import Family
-from ._grids import merge_divisor
+from ._grids import check_newline_tokens, merge_divisor, newline_tokens
 from .inputs import RequestInputs, Seconds
 
 
@@ -52,27 +51,12 @@ class HYV4VL(Family):
         images, videos, seconds = super().check_vision_inputs(
             image_grid_thw, video_grid_thw, second_per_grid_ts, length
         )
-        tokens = np.concatenate([self.item_tokens(images), self.item_tokens(videos)])
-        total = tokens.cumsum()
-        if total.size and total[-1] > length:
-            first = int((total > length).argmax())
-            name, grids, i = (
-                ("image_grid_thw", images, first)
-                if first < len(images)
-                else ("video_grid_thw", videos, first - len(images))
-            )
-            before = f", {total[first]} with the items before it" if first else ""
-            raise MRopeError(
-                f"{name}[{i}] = {tuple(grids[i].tolist())} needs {tokens[first]} placeholder tokens "
-                f"(T * H' * (W' + 1): a newline token ends each merged row){before}: more than the "
-                f"{length} tokens of input_ids"
-            )
+        check_newline_tokens(images, videos, self.spatial_merge_size, length)
         return images, videos, seconds
 
     def item_tokens(self, grids: np.ndarray) -> np.ndarray:
         """Placeholder tokens of each grid: ``T * H' * (W' + 1)``."""
-        merged = grids // merge_divisor(self.spatial_merge_size)
-        return merged[:, 0] * merged[:, 1] * (merged[:, 2] + 1)
+        return newline_tokens(grids, self.spatial_merge_size)
 
     def parse(self, inputs: RequestInputs) -> ItemBlocks:
         """The images and videos, found by their placeholder tokens (in order, each one run in a row)."""

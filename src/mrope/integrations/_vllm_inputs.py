@@ -62,6 +62,9 @@ VLLM_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float64"}
 def unsupported_reason(family: Family) -> str | None:
     """Why mrope cannot reproduce vLLM 0.32's positions for this family (None: it does, with
     :data:`VLLM_SETTINGS`)."""
+    rows = family.segment_rows_error("mrope's vLLM integration")
+    if rows is not None:
+        return str(rows)
     if family.extra_inputs and not getattr(family, "vllm_rule", False):  # Omni, transformers' rule
         return (
             f"{family.model_type} computes transformers' Omni rule (compat={family.compat!r}, "
