@@ -25,6 +25,7 @@ import mrope  # noqa: E402
 from mrope.integrations import transformers as mt  # noqa: E402
 from support import tiny_vlms  # noqa: E402
 from support.tiny_vlms import (  # noqa: E402
+    IMAGES_ONLY,
     MAIN,
     MODELS,
     OMNI,
@@ -47,11 +48,15 @@ IMAGES_ONLY_BATCH = [[[5, 6], Image(2, 3), [7]], [[5], Image(1, 2), [6], Image(3
 SCENARIOS = {"text+image": TEXT_AND_IMAGE, "images+video": IMAGES_AND_VIDEO, "padded batch": PADDED_BATCH}
 OTHERS = [t for t in MODELS if t not in MAIN]
 NEW_TOKENS = 3
+# transformers numbers the images of a batch on across its rows (HunYuan-VL's image ordinal row): a row
+# alone is numbered from 0
+BATCH_COUNTS_IMAGES = ("hunyuan_vl",)
 
 
 def batch_of(model_type: str, scenario: str = "padded batch") -> list[list[Any]]:
-    """The rows of ``scenario``; PaddleOCR-VL takes no videos, so its batch holds images only."""
-    if model_type == "paddleocr_vl" and scenario != "text+image":
+    """The rows of ``scenario``; PaddleOCR-VL and HunYuan-VL take no videos, so their batch holds images
+    only."""
+    if model_type in IMAGES_ONLY and scenario != "text+image":
         return IMAGES_ONLY_BATCH
     return SCENARIOS[scenario]
 
@@ -113,12 +118,13 @@ def test_generate_gives_transformers_tokens(model_type: str, scenario: str, monk
     assert_same_generation(expected, greedy(model, inputs), f"{model_type}, {scenario}, after unpatch")
 
 
-@pytest.mark.parametrize("model_type", MAIN)
+@pytest.mark.parametrize("model_type", [*MAIN, "hunyuan_vl"])
 def test_wrong_positions_change_the_tokens(model_type: str) -> None:
     """The negative control: positions in reverse order change the generated tokens (and, where it
-    differs, the other convention changes the scores), so the equalities above are not vacuous."""
+    differs, the other convention changes the scores), so the equalities above are not vacuous (HunYuan-VL:
+    its four rows too)."""
     model = tiny_model(model_type)
-    inputs = processor_output(model_type, PADDED_BATCH)
+    inputs = processor_output(model_type, batch_of(model_type))
     expected = greedy(model, inputs)[0]
     with patched(model):
         right = model.model.get_rope_index  # the patch in effect
@@ -373,17 +379,22 @@ def test_rope_index_equals_transformers(model_type: str, left: bool) -> None:
     assert torch.equal(positions[:, real], expected[:, real])
     assert (positions[:, ~real] == 0).all()
     assert torch.equal(deltas, expected_deltas)
-    # one sample at a time (1-D ids): the rows of the batch
+    # one sample at a time (1-D ids): transformers' positions of that sample alone, and (but where the
+    # image ordinal runs on across the rows of a batch) the row of the batch
     for row in range(inputs["input_ids"].shape[0]):
-        sample = processor_output(model_type, [batch_of(model_type)[row]], pixels=False)
+        alone = processor_output(model_type, [batch_of(model_type)[row]], pixels=False)
+        expected_one, expected_one_delta = forward_positions(model, alone)
         sample = {
             k: v[0] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v
-            for k, v in sample.items()
+            for k, v in alone.items()
         }
         one, one_delta = mt.rope_index(model.config, sample)
-        assert one.shape == (3, sample["input_ids"].shape[0]) and one_delta.shape == (1,)
-        assert torch.equal(one, positions[:, row, real[row]])
-        assert torch.equal(one_delta, deltas[row])
+        rows = expected.shape[0]  # 3, or len(mrope_section) (HunYuan-VL)
+        assert one.shape == (rows, sample["input_ids"].shape[0]) and one_delta.shape == (1,)
+        assert torch.equal(one, expected_one[:, 0]) and torch.equal(one_delta, expected_one_delta[0])
+        if model_type not in BATCH_COUNTS_IMAGES:
+            assert torch.equal(one, positions[:, row, real[row]])
+            assert torch.equal(one_delta, deltas[row])
 
 
 def test_rope_index_inputs() -> None:

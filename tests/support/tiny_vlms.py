@@ -37,6 +37,9 @@ TOKEN_KEYS = (
     "image_token_index",
     "video_token_index",
     "audio_token_index",
+    "im_start_id",  # HunYuan-VL's image markers
+    "im_end_id",
+    "im_newline_id",
 )
 
 # model_type -> (transformers module, ...ForConditionalGeneration class, prompt layout)
@@ -45,6 +48,8 @@ TOKEN_KEYS = (
 #   "glm": image_start, pads, image_end; a video: video_start, per frame an image block and a timestamp,
 #          video_end
 #   "ernie": image and video markers around the pads; a video has T / temporal_merge_size frames
+#   "hunyuan": images only: im_start, H' * (W' + 1) + 2 pads (a newline pad ends each merged row, and the
+#              run's first and last pads are the vision tower's begin and end), im_end
 MODELS = {
     "qwen2_vl": ("qwen2_vl", "Qwen2VLForConditionalGeneration", "whole"),
     "qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "whole"),
@@ -64,8 +69,14 @@ MODELS = {
     "ernie4_5_vl_moe": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeForConditionalGeneration", "ernie"),
     "qwen2_5_omni_thinker": ("qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration", "whole"),
     "qwen3_omni_moe_thinker": ("qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration", "whole"),
+    "hunyuan_vl": ("hunyuan_vl", "HunYuanVLForConditionalGeneration", "hunyuan"),
 }
 OMNI = ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
+#: the models that take images only (no video_grid_thw)
+IMAGES_ONLY = ("paddleocr_vl", "hunyuan_vl")
+#: mrope_section of the models whose number of position rows is its length: HunYuan-VL's four rows (index,
+#: width, height, image ordinal), as in its checkpoints; every other model's is (t, h, w) = [3, 3, 2]
+MROPE_SECTIONS = {"hunyuan_vl": [2, 2, 2, 2]}
 MAIN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
 
 
@@ -143,6 +154,8 @@ def _vision_config(default: dict[str, Any]) -> dict[str, Any]:
         "num_position_embeddings": 64,
         "image_size": 16,
         "num_patches": 64,
+        "text_hidden_size": HIDDEN,  # HunYuan-VL: its merger projects into the text model
+        "max_image_size": 32,  # HunYuan-VL: its learned position grid, (32 / patch_size)^2
     }
     return {k: v for k, v in small.items() if k in default}
 
@@ -176,6 +189,9 @@ def tiny_config(
     }
     if "audio_config" in default:
         kwargs["audio_config"] = dict(_AUDIO)
+    if model_type in MROPE_SECTIONS:
+        rope = kwargs["text_config"]["rope_parameters"]
+        rope["mrope_section"] = list(MROPE_SECTIONS[model_type])
     if "projector_hidden_size" in default:
         kwargs["projector_hidden_size"] = 64
     keys = [k for k in TOKEN_KEYS if k in default]
@@ -243,6 +259,13 @@ class VideoWithAudio:
     audio: Audio
 
 
+def _video_id(config: Any) -> int | None:
+    """The video token id, or None for a model without videos (HunYuan-VL)."""
+    if getattr(config, "video_token_id", None) is None and getattr(config, "video_token_index", None) is None:
+        return None
+    return _ids(config, "video_token_id")
+
+
 def _ids(config: Any, name: str) -> int:
     value = getattr(config, name, None)
     if value is None:
@@ -258,9 +281,11 @@ def layout(
     kind = MODELS[model_type][2]
     merge = config.vision_config.spatial_merge_size
     temporal = getattr(config.vision_config, "temporal_merge_size", 1)
-    image, video = _ids(config, "image_token_id"), _ids(config, "video_token_id")
+    image, video = _ids(config, "image_token_id"), _video_id(config)
     if kind in ("glm", "ernie"):
         start, end = _ids(config, "image_start_token_id"), _ids(config, "image_end_token_id")
+    elif kind == "hunyuan":
+        start, end = config.im_start_id, config.im_end_id
     else:
         start = _ids(config, "vision_start_token_id")
         end = getattr(config, "vision_end_token_id", None) or 1  # Omni: any text token closes a block
@@ -286,8 +311,11 @@ def layout(
             ids += audio_pads(part.audio) + [1, end]
         elif isinstance(part, Image):
             images.append([1, part.height * merge, part.width * merge])
-            ids += [start] + [image] * (part.height * part.width) + [end]
+            pads = part.height * (part.width + 1) + 2 if kind == "hunyuan" else part.height * part.width
+            ids += [start] + [image] * pads + [end]
         elif isinstance(part, Video):
+            if video is None:
+                raise ValueError(f"{model_type} takes no videos")
             videos.append([part.frames * temporal, part.height * merge, part.width * merge])
             seconds.append(part.seconds)
             plane = part.height * part.width
@@ -315,7 +343,9 @@ def layout(
 def token_types(model_type: str, config: Any, input_ids: torch.Tensor) -> torch.Tensor:
     """The processor's ``mm_token_type_ids``: 0 text, 1 image, 2 video (GLM: image pads inside video
     markers are video)."""
-    image, video = _ids(config, "image_token_id"), _ids(config, "video_token_id")
+    image, video = _ids(config, "image_token_id"), _video_id(config)
+    if video is None:
+        return (input_ids == image).int()
     if MODELS[model_type][2] == "glm":
         depth = torch.cumsum(
             (input_ids == config.video_start_token_id).long()
