@@ -663,6 +663,25 @@ _QWEN3_OMNI_TOKEN_NAMES = {
 }
 
 
+#: the tiny Qwen3-Omni audio encoder (Qwen3-ASR's in vLLM is the same class)
+QWEN3_OMNI_AUDIO: dict[str, Any] = {
+    "num_mel_bins": 128,
+    "encoder_layers": 2,
+    "encoder_attention_heads": 2,
+    "encoder_ffn_dim": 128,
+    "d_model": 64,
+    "activation_function": "gelu",
+    "scale_embedding": False,
+    "max_source_positions": 1500,
+    "n_window": 50,
+    "n_window_infer": 800,
+    "conv_chunksize": 500,
+    "downsample_hidden_size": 32,
+    "output_dim": 128,
+    "initializer_range": 0.02,
+}
+
+
 def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
     """Tiny Qwen3-Omni (``Qwen3OmniMoeForConditionalGeneration``, served by vLLM as its thinker):
     thinker text hidden 128, 2 MoE layers (4 experts, 2 a token), 2 heads, 1 KV head, head_dim 64,
@@ -727,23 +746,7 @@ def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
             "deepstack_visual_indexes": [0, 1],
             "initializer_range": 0.02,
         },
-        "audio_config": {
-            "model_type": "qwen3_omni_moe_audio_encoder",
-            "num_mel_bins": 128,
-            "encoder_layers": 2,
-            "encoder_attention_heads": 2,
-            "encoder_ffn_dim": 128,
-            "d_model": 64,
-            "activation_function": "gelu",
-            "scale_embedding": False,
-            "max_source_positions": 1500,
-            "n_window": 50,
-            "n_window_infer": 800,
-            "conv_chunksize": 500,
-            "downsample_hidden_size": 32,
-            "output_dim": 128,
-            "initializer_range": 0.02,
-        },
+        "audio_config": {"model_type": "qwen3_omni_moe_audio_encoder", **QWEN3_OMNI_AUDIO},
     }
     image = _qwen_image_processor(
         16, "Qwen3OmniMoeProcessor", "Qwen2VLImageProcessorFast", _STANDARD_MEAN, _STANDARD_MEAN

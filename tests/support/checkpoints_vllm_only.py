@@ -38,24 +38,6 @@ _QWEN3_ASR_TOKEN_NAMES = {
     "audio_eos_token": "<|audio_end|>",
 }
 
-# The Qwen3-Omni audio encoder's tiny config (vLLM's Qwen3-ASR builds the same encoder class).
-_AUDIO_CONFIG: dict[str, Any] = {
-    "num_mel_bins": 128,
-    "encoder_layers": 2,
-    "encoder_attention_heads": 2,
-    "encoder_ffn_dim": 128,
-    "d_model": 64,
-    "activation_function": "gelu",
-    "scale_embedding": False,
-    "max_source_positions": 1500,
-    "n_window": 50,
-    "n_window_infer": 800,
-    "conv_chunksize": 500,
-    "downsample_hidden_size": 32,
-    "output_dim": 128,
-    "initializer_range": 0.02,
-}
-
 
 def _save_parts(folder: Path, parts: list[tuple[type, Any, str]], seed: int) -> None:
     """Save the seeded random weights of ``parts`` (transformers model class, its config, tensor-name
@@ -104,7 +86,7 @@ def build_qwen3_asr(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
             "torch_dtype": "float32",
             "text_config": text,
-            "audio_config": {"model_type": "qwen3_asr_audio_encoder", **_AUDIO_CONFIG},
+            "audio_config": {"model_type": "qwen3_asr_audio_encoder", **base.QWEN3_OMNI_AUDIO},
         },
     }
     base._write_json(folder / "config.json", config)
@@ -112,7 +94,7 @@ def build_qwen3_asr(folder: str | Path, seed: int = 0) -> Path:
     base._write_json(folder / "preprocessor_config.json", features)
     base._generation_config(folder, eos, ids["<|endoftext|>"])
     text_config = transformers.Qwen3Config(**{k: v for k, v in text.items() if k != "model_type"})
-    audio_config = transformers.Qwen3OmniMoeAudioEncoderConfig(**_AUDIO_CONFIG)
+    audio_config = transformers.Qwen3OmniMoeAudioEncoderConfig(**base.QWEN3_OMNI_AUDIO)
     parts = [
         (omni.Qwen3OmniMoeAudioEncoder, audio_config, "thinker.audio_tower."),
         (transformers.Qwen3ForCausalLM, text_config, "thinker."),

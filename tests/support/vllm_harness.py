@@ -800,6 +800,27 @@ def wrong_v2_positions() -> Iterator[WrongPositions]:
             cls.prepare_positions = current
 
 
+def check_then_serve(engine: Any, prompts: list[dict[str, Any]], expected: Any) -> None:
+    """The plugin in this process, in check mode and then serving: both give ``expected`` (vLLM's own
+    tokens), check mode compared steps, and the V1 runner admitted every prompt with no fallback."""
+    from mrope.integrations import vllm as plugin
+
+    plugin.enable("check")
+    assert engine.generate(prompts) == expected
+    checked = plugin.stats()
+    assert checked["checked_steps"] > 0 and checked["admitted"] == len(prompts)
+    assert checked["fallback_requests"] == checked["fallback_steps"] == 0
+
+    plugin.enable("mrope")
+    plugin.reset_stats()
+    assert engine.generate(prompts) == expected
+    served = plugin.stats()
+    assert served["runner"] == "v1"
+    assert served["admitted"] == len(prompts)
+    assert served["steps"] > 0 and served["checked_steps"] == 0
+    assert served["fallback_requests"] == served["fallback_steps"] == 0
+
+
 @contextlib.contextmanager
 def wrong_positions() -> Iterator[WrongPositions]:
     """Deliberately wrong M-RoPE positions, in this process: wraps whatever

@@ -510,7 +510,12 @@ class Family:
         ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of
         :func:`mrope.rotary.rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA
         graphs; ``positions_factor`` or ``max_position`` to size the cache past the token count).
+        A family of other than the three rows (t, h, w) raises :class:`MRopeError`
+        (:meth:`segment_rows_error`).
         """
+        refused = self.segment_rows_error("MRotaryEmbedding")
+        if refused is not None:
+            raise refused
         import torch
 
         from ..rotary import rotary_embedding_from_config

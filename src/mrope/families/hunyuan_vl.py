@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,11 +26,6 @@ from ..core import ItemBlocks, SegmentBuilder
 from ._base import Family
 from ._grids import check_newline_tokens, newline_tokens
 from .inputs import RequestInputs, Seconds
-
-if TYPE_CHECKING:
-    import torch
-
-    from ..rotary import MRotaryEmbedding
 
 #: the config fields of the tokens around an image's run in the processor's prompt
 MARKER_FIELDS = {"image_start_token_id": "im_start_id", "image_end_token_id": "im_end_id"}
@@ -180,14 +175,3 @@ class HunYuanVL(Family):
                 index -= row_starts[row_starts.searchsorted(index, side="right") - 1]
             out[:lead] = index
         return out
-
-    def rotary_embedding(
-        self,
-        *,
-        dtype: torch.dtype | None = None,
-        backend: str = "auto",
-        check_positions: bool = True,
-        max_position: int | None = None,
-        positions_factor: int = 1,
-    ) -> MRotaryEmbedding:
-        raise self.segment_rows_error("MRotaryEmbedding")

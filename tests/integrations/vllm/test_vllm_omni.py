@@ -58,20 +58,7 @@ def test_omni_tokens_equal_vllm(omni_dir: Path, plugin_off: None) -> None:
         assert lengths["video_with_audio"] - lengths["video"] > 30, lengths  # and beside the video
         assert engine.last.preemptions > 0, "the run must preempt requests"
 
-        plugin.enable("check")
-        assert engine.generate(prompts) == expected
-        checked = plugin.stats()
-        assert checked["checked_steps"] > 0 and checked["admitted"] == len(prompts)
-        assert checked["fallback_requests"] == checked["fallback_steps"] == 0
-
-        plugin.enable("mrope")
-        plugin.reset_stats()
-        assert engine.generate(prompts) == expected
-        served = plugin.stats()
-        assert served["runner"] == "v1"
-        assert served["admitted"] == len(prompts)
-        assert served["steps"] > 0 and served["checked_steps"] == 0
-        assert served["fallback_requests"] == served["fallback_steps"] == 0
+        harness.check_then_serve(engine, prompts, expected)
 
         with harness.wrong_positions() as wrong:  # negative control, through the plugin's step
             corrupted = engine.generate(prompts)

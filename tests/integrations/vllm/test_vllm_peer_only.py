@@ -140,20 +140,7 @@ def test_peer_only_tokens_equal_vllm(vllm_only_dir: Path, plugin_off: None) -> N
         assert lengths["two_images" if "two_images" in lengths else "two_audios"] > 40, lengths  # the items
         assert (engine.last.preemptions > 0) == case.preempts, engine.last.preemptions
 
-        plugin.enable("check")
-        assert engine.generate(prompts) == expected
-        checked = plugin.stats()
-        assert checked["checked_steps"] > 0 and checked["admitted"] == len(prompts)
-        assert checked["fallback_requests"] == checked["fallback_steps"] == 0
-
-        plugin.enable("mrope")
-        plugin.reset_stats()
-        assert engine.generate(prompts) == expected
-        served = plugin.stats()
-        assert served["runner"] == "v1"
-        assert served["admitted"] == len(prompts)
-        assert served["steps"] > 0 and served["checked_steps"] == 0
-        assert served["fallback_requests"] == served["fallback_steps"] == 0
+        harness.check_then_serve(engine, prompts, expected)
 
         with harness.wrong_positions() as wrong:  # the rows are equal: copying t onto h and w is a no-op
             assert engine.generate(prompts) == expected
