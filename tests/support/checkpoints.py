@@ -90,7 +90,7 @@ GLM_SPECIALS = [
 ]
 
 
-def _padded_vocab(n_tokens: int, multiple: int = 64) -> int:
+def padded_vocab(n_tokens: int, multiple: int = 64) -> int:
     return -(-n_tokens // multiple) * multiple
 
 
@@ -127,12 +127,12 @@ def build_tokenizer(folder: Path, specials: list[str], *, eos: str, pad: str) ->
         "add_prefix_space": False,
         "errors": "replace",
     }
-    _write_json(folder / "tokenizer_config.json", config)
-    _write_json(folder / "special_tokens_map.json", {"eos_token": eos, "pad_token": pad})
+    write_json(folder / "tokenizer_config.json", config)
+    write_json(folder / "special_tokens_map.json", {"eos_token": eos, "pad_token": pad})
     return ids
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -154,11 +154,11 @@ def _save_weights(folder: Path, model_class: str, seed: int, *, submodel: str | 
         model = cls(config).to(torch.float32).eval()
     prefix = f"{submodel}." if submodel else ""
     state = {prefix + name: t.detach().contiguous().clone() for name, t in model.state_dict().items()}
-    _sharpen(state)
+    sharpen(state)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
-def _sharpen(state: dict[str, Any]) -> None:
+def sharpen(state: dict[str, Any]) -> None:
     """Scale the text attention's q/k projection weights (or Qwen3's q/k RMSNorm weights) in place."""
     import re
 
@@ -172,9 +172,9 @@ def _sharpen(state: dict[str, Any]) -> None:
             tensor.mul_(QK_NORM_SCALE)
 
 
-def _generation_config(folder: Path, eos: list[int], pad: int) -> None:
+def write_generation_config(folder: Path, eos: list[int], pad: int) -> None:
     config = {"eos_token_id": eos, "pad_token_id": pad, "do_sample": False}
-    _write_json(folder / "generation_config.json", config)
+    write_json(folder / "generation_config.json", config)
 
 
 def _qwen_image_processor(patch: int, processor_class: str, image_type: str, mean: list[float], std) -> dict:
@@ -199,12 +199,12 @@ def _qwen_image_processor(patch: int, processor_class: str, image_type: str, mea
     }
 
 
-def _qwen_text(model_type: str, ids: dict[str, int], **fields: Any) -> dict[str, Any]:
+def qwen_text(model_type: str, ids: dict[str, int], **fields: Any) -> dict[str, Any]:
     """The tiny Qwen text config (hidden 128, 2 layers, 2 heads, 1 KV head), with the model's own
     ``fields``."""
     return {
         "model_type": model_type,
-        "vocab_size": _padded_vocab(ids["__len__"]),
+        "vocab_size": padded_vocab(ids["__len__"]),
         "hidden_size": 128,
         "intermediate_size": 256,
         "num_hidden_layers": 2,
@@ -244,7 +244,7 @@ def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
     folder = Path(folder)
     ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = _qwen_text(
+    text = qwen_text(
         "qwen2_5_vl_text",
         ids,
         max_position_embeddings=4096,
@@ -281,11 +281,11 @@ def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
         },
     }
-    _write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
     processor = _qwen_image_processor(
         14, "Qwen2_5_VLProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
     )
-    _write_json(folder / "preprocessor_config.json", processor)
+    write_json(folder / "preprocessor_config.json", processor)
     video = {
         **{k: v for k, v in processor.items() if k != "image_processor_type"},
         "video_processor_type": "Qwen2VLVideoProcessor",
@@ -294,8 +294,8 @@ def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
         "do_sample_frames": False,
         "cap_pixels_per_frame": False,
     }
-    _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, ids["<|endoftext|>"])
+    write_json(folder / "video_preprocessor_config.json", video)
+    write_generation_config(folder, eos, ids["<|endoftext|>"])
     _save_weights(folder, "Qwen2_5_VLForConditionalGeneration", seed)
     return folder
 
@@ -310,7 +310,7 @@ def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
     folder = Path(folder)
     ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = _qwen_text(
+    text = qwen_text(
         "qwen3_vl_text",
         ids,
         head_dim=64,
@@ -338,11 +338,11 @@ def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
         },
     }
-    _write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
     processor = _qwen_image_processor(
         16, "Qwen3VLProcessor", "Qwen2VLImageProcessorFast", _STANDARD_MEAN, _STANDARD_MEAN
     )
-    _write_json(folder / "preprocessor_config.json", processor)
+    write_json(folder / "preprocessor_config.json", processor)
     video = {
         **{k: v for k, v in processor.items() if k not in _NOT_FOR_VIDEO},
         "size": {
@@ -356,8 +356,8 @@ def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
         "do_sample_frames": True,
         "cap_pixels_per_frame": False,
     }
-    _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, ids["<|endoftext|>"])
+    write_json(folder / "video_preprocessor_config.json", video)
+    write_generation_config(folder, eos, ids["<|endoftext|>"])
     _save_weights(folder, "Qwen3VLForConditionalGeneration", seed)
     return folder
 
@@ -368,7 +368,7 @@ def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
     depth 2, hidden 64, patch 14, merge 2, temporal patch 2."""
     folder = Path(folder)
     ids = build_tokenizer(folder, GLM_SPECIALS, eos="<|endoftext|>", pad="<|endoftext|>")
-    vocab = _padded_vocab(ids["__len__"])
+    vocab = padded_vocab(ids["__len__"])
     eos = [ids["<|endoftext|>"], ids["<|user|>"], ids["<|observation|>"]]
     text = {
         "model_type": "glm4v_text",
@@ -425,7 +425,7 @@ def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
             "initializer_range": 0.02,
         },
     }
-    _write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
     unit = 28
     # GLM's smart_resize counts the temporal patch (2) in the pixel budget of an image.
     pixels = unit * unit
@@ -445,7 +445,7 @@ def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
         "merge_size": 2,
         "size": size,
     }
-    _write_json(folder / "preprocessor_config.json", processor)
+    write_json(folder / "preprocessor_config.json", processor)
     video = {
         **{k: v for k, v in processor.items() if k != "image_processor_type"},
         "size": {
@@ -459,8 +459,8 @@ def build_glm4v(folder: str | Path, seed: int = 0) -> Path:
         "max_duration": 300,
         "do_sample_frames": True,
     }
-    _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, ids["<|endoftext|>"])
+    write_json(folder / "video_preprocessor_config.json", video)
+    write_generation_config(folder, eos, ids["<|endoftext|>"])
     _save_weights(folder, "Glm4vForConditionalGeneration", seed)
     return folder
 
@@ -494,7 +494,7 @@ OMNI_SAMPLING_RATE = 16000
 OMNI_AUDIO_CHUNK_SECONDS = 30
 
 
-def _whisper_features() -> dict[str, Any]:
+def whisper_features() -> dict[str, Any]:
     n_samples = OMNI_AUDIO_CHUNK_SECONDS * OMNI_SAMPLING_RATE
     return {
         "feature_extractor_type": "WhisperFeatureExtractor",
@@ -512,7 +512,7 @@ def _whisper_features() -> dict[str, Any]:
     }
 
 
-def _omni_tokenizer(
+def omni_tokenizer(
     folder: Path, specials: list[str], names: dict[str, str], processor_class: str
 ) -> dict[str, int]:
     """:func:`build_tokenizer`, and ``tokenizer_config.json`` naming the tokens the Omni processors
@@ -521,7 +521,7 @@ def _omni_tokenizer(
     tok_config = json.loads((folder / "tokenizer_config.json").read_text())
     tok_config["extra_special_tokens"] = dict(names)
     tok_config["processor_class"] = processor_class
-    _write_json(folder / "tokenizer_config.json", tok_config)
+    write_json(folder / "tokenizer_config.json", tok_config)
     return ids
 
 
@@ -533,9 +533,9 @@ def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
     ``n_window`` 100; ``seconds_per_chunk`` 2. Only thinker weights (``thinker.*``) are written
     (``enable_audio_output`` false: no talker, no token2wav)."""
     folder = Path(folder)
-    ids = _omni_tokenizer(folder, QWEN2_5_OMNI_SPECIALS, _QWEN2_5_OMNI_TOKEN_NAMES, "Qwen2_5OmniProcessor")
+    ids = omni_tokenizer(folder, QWEN2_5_OMNI_SPECIALS, _QWEN2_5_OMNI_TOKEN_NAMES, "Qwen2_5OmniProcessor")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = _qwen_text(
+    text = qwen_text(
         "qwen2_5_omni_text",
         ids,
         max_position_embeddings=4096,
@@ -625,8 +625,8 @@ def _write_omni(
         "enable_audio_output": False,
         "thinker_config": thinker,
     }
-    _write_json(folder / "config.json", config)
-    _write_json(folder / "preprocessor_config.json", {**image, **_whisper_features()})
+    write_json(folder / "config.json", config)
+    write_json(folder / "preprocessor_config.json", {**image, **whisper_features()})
     video = {
         **{k: v for k, v in image.items() if k != "image_processor_type"},
         "video_processor_type": "Qwen2VLVideoProcessor",
@@ -635,8 +635,8 @@ def _write_omni(
         "do_sample_frames": False,
         "cap_pixels_per_frame": False,
     }
-    _write_json(folder / "video_preprocessor_config.json", video)
-    _generation_config(folder, eos, pad)
+    write_json(folder / "video_preprocessor_config.json", video)
+    write_generation_config(folder, eos, pad)
 
 
 QWEN3_OMNI_SPECIALS = [
@@ -689,9 +689,9 @@ def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
     from blocks 0 and 1; audio encoder 2 layers, d_model 64, ``n_window`` 50;
     ``position_id_per_seconds`` 13 (as released). Thinker weights only."""
     folder = Path(folder)
-    ids = _omni_tokenizer(folder, QWEN3_OMNI_SPECIALS, _QWEN3_OMNI_TOKEN_NAMES, "Qwen3OmniMoeProcessor")
+    ids = omni_tokenizer(folder, QWEN3_OMNI_SPECIALS, _QWEN3_OMNI_TOKEN_NAMES, "Qwen3OmniMoeProcessor")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = _qwen_text(
+    text = qwen_text(
         "qwen3_omni_moe_text",
         ids,
         head_dim=64,

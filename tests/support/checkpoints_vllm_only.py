@@ -51,7 +51,7 @@ def _save_parts(folder: Path, parts: list[tuple[type, Any, str]], seed: int) -> 
         with torch.no_grad():
             model = model_class(config).to(torch.float32).eval()
         state.update({prefix + k: t.detach().contiguous().clone() for k, t in model.state_dict().items()})
-    base._sharpen(state)
+    base.sharpen(state)
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -63,9 +63,9 @@ def build_qwen3_asr(folder: str | Path, seed: int = 0) -> Path:
     from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as omni
 
     folder = Path(folder)
-    ids = base._omni_tokenizer(folder, QWEN3_ASR_SPECIALS, _QWEN3_ASR_TOKEN_NAMES, "Qwen3ASRProcessor")
+    ids = base.omni_tokenizer(folder, QWEN3_ASR_SPECIALS, _QWEN3_ASR_TOKEN_NAMES, "Qwen3ASRProcessor")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = base._qwen_text(
+    text = base.qwen_text(
         "qwen3_asr_text",
         ids,
         head_dim=64,
@@ -89,10 +89,10 @@ def build_qwen3_asr(folder: str | Path, seed: int = 0) -> Path:
             "audio_config": {"model_type": "qwen3_asr_audio_encoder", **base.QWEN3_OMNI_AUDIO},
         },
     }
-    base._write_json(folder / "config.json", config)
-    features = {**base._whisper_features(), "processor_class": "Qwen3ASRProcessor"}
-    base._write_json(folder / "preprocessor_config.json", features)
-    base._generation_config(folder, eos, ids["<|endoftext|>"])
+    base.write_json(folder / "config.json", config)
+    features = {**base.whisper_features(), "processor_class": "Qwen3ASRProcessor"}
+    base.write_json(folder / "preprocessor_config.json", features)
+    base.write_generation_config(folder, eos, ids["<|endoftext|>"])
     text_config = transformers.Qwen3Config(**{k: v for k, v in text.items() if k != "model_type"})
     audio_config = transformers.Qwen3OmniMoeAudioEncoderConfig(**base.QWEN3_OMNI_AUDIO)
     parts = [
@@ -123,7 +123,7 @@ def build_minicpmv4_6(folder: str | Path, seed: int = 0) -> Path:
 
     folder = Path(folder)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *MINICPMV4_6_TOKEN_NAMES.values()]
-    ids = base._omni_tokenizer(folder, specials, MINICPMV4_6_TOKEN_NAMES, "MiniCPMV4_6Processor")
+    ids = base.omni_tokenizer(folder, specials, MINICPMV4_6_TOKEN_NAMES, "MiniCPMV4_6Processor")
     rope = {
         "rope_type": "default",
         "rope_theta": base.ROPE_THETA,
@@ -133,7 +133,7 @@ def build_minicpmv4_6(folder: str | Path, seed: int = 0) -> Path:
     }
     text = {
         "model_type": "qwen3_5_text",
-        "vocab_size": base._padded_vocab(ids["__len__"]),
+        "vocab_size": base.padded_vocab(ids["__len__"]),
         "hidden_size": 128,
         "intermediate_size": 256,
         "num_hidden_layers": 2,
@@ -181,10 +181,10 @@ def build_minicpmv4_6(folder: str | Path, seed: int = 0) -> Path:
         "downsample_mode": "16x",
         "use_image_id": True,
     }
-    base._write_json(folder / "preprocessor_config.json", processor)
+    base.write_json(folder / "preprocessor_config.json", processor)
     video = {**processor, "image_processor_type": None, "video_processor_type": "MiniCPMV4_6VideoProcessor"}
-    base._write_json(folder / "video_preprocessor_config.json", video)
-    base._generation_config(folder, [ids["<|im_end|>"], ids["<|endoftext|>"]], ids["<|endoftext|>"])
+    base.write_json(folder / "video_preprocessor_config.json", video)
+    base.write_generation_config(folder, [ids["<|im_end|>"], ids["<|endoftext|>"]], ids["<|endoftext|>"])
     _save_parts(folder, [(transformers.MiniCPMV4_6ForConditionalGeneration, config, "")], seed)
     return folder
 
