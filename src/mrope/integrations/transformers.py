@@ -186,6 +186,13 @@ def patch(model: Any, *, compat: Compat | None = None) -> Any:
             family = from_config(owners[-1].config, compat=compat)
         except MRopeError as err:
             raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
+        if not family.decode_follows_index:
+            raise MRopeError(
+                f"{type(model).__name__} cannot be patched: {family.model_type}'s forward positions the "
+                "tokens it generates from _cached_decode_position_ids, which only transformers' own "
+                "get_rope_index sets (at prefill); mrope gives them as family.generation_positions() but "
+                "does not set the model's cache"
+            )
     missing = [owner for owner in owners if _patched(owner) is None]
     replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in missing]
     for owner, replacement in replacements:
