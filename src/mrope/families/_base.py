@@ -424,7 +424,8 @@ class Family:
         positions : numpy.ndarray, shape (num_dims, L), int64 (rows t, h, w; :attr:`num_dims` is 3 for
             every family but HunYuan-VL, see :mod:`mrope.families.hunyuan_vl`); float32 for Qwen3-Omni
         delta : int (float for Qwen3-Omni), ``positions.max() + 1 - L``; a token at sequence index
-            ``i >= L`` has position ``i + delta`` on all three rows.
+            ``i >= L`` has position ``i + delta`` on all three rows (GLM-Image: 0, and the tokens it
+            generates take ``generation_positions``: :attr:`decode_follows_index`).
 
         Raises
         ------
