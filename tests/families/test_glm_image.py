@@ -114,6 +114,17 @@ def test_padded_batches_with_images_per_sample_match_transformers(glm_image, dat
         np.testing.assert_array_equal(alone, as_numpy(positions)[:, r, real[r]])
 
 
+def test_rope_index_reads_images_per_sample_from_the_processor_output(glm_image):
+    from mrope.integrations.transformers import rope_index
+
+    _, family = glm_image
+    ids = np.array([[7, START, IMAGE, IMAGE, END, START], [0, 0, 1, 2, 3, START]])
+    grids, counts = [[1, 1, 2], [1, 2, 2], [1, 3, 1], [1, 1, 1]], [2, 2]
+    expected, _ = mrope.get_rope_index(family, ids, image_grid_thw=grids, images_per_sample=counts)
+    inputs = {"input_ids": ids, "image_grid_thw": np.array(grids), "images_per_sample": np.array(counts)}
+    np.testing.assert_array_equal(rope_index(family, inputs)[0], expected)
+
+
 def test_rule_of_an_image_to_image_prompt(glm_image):
     _, family = glm_image
     ids = [7, START] + [IMAGE] * 6 + [END, 8, START]  # a 2 x 3 source image, then the generation's start
