@@ -199,6 +199,10 @@ def test_bad_inputs_name_what_is_wrong(glm_image):
         family.positions(image, image_grid_thw=[[1, 2, 2]], video_grid_thw=[[1, 2, 2]])
     with pytest.raises(MRopeError, match="takes no offsets"):
         family.positions(image, image_grid_thw=[[1, 2, 2]], image_offsets=[1])
+    with pytest.raises(
+        MRopeError, match=r"the 4,000,000,000,001 tokens to generate after position 1 .* past"
+    ):
+        family.generation_positions([START], image_grid_thw=[[1, 2_000_000, 2_000_000]])
     ids = np.array([image + [START]] * 2)
     with pytest.raises(MRopeError, match="a batch of 2 rows with image_grid_thw needs images_per_sample"):
         mrope.get_rope_index(family, ids, image_grid_thw=[[1, 2, 2]] * 4)

@@ -26,6 +26,7 @@ import numpy as np
 from .._backends import to_int_array
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, Blocks, block_rows, build_segments, place, render_all, render_one_row
+from ..core.place import LARGEST_POSITION
 from ._base import Family
 from ._grids import check_grids
 from ._seconds import check_second_per_grid_ts
@@ -193,7 +194,8 @@ class GlmImage(Family):
         Raises
         ------
         MRopeError
-            As :meth:`positions`.
+            As :meth:`positions`; tokens to generate that would reach past the largest position
+            (2**31 - 1).
         """
         inputs = self.request_inputs(input_ids, image_grid_thw)
         if not len(inputs.images):
@@ -201,11 +203,16 @@ class GlmImage(Family):
         blocks, _, complete = self.complete_images(inputs)
         following = len(inputs.ids) + int(place(blocks, *inputs.rows(), self.compat).delta[0])
         todo = inputs.images[int(complete[0]) :][::-1]
+        length = sum(h * w for h, w in todo[:, 1:].tolist()) + 1  # (Python ints: never wraps)
+        if following + length > LARGEST_POSITION:
+            raise MRopeError(
+                f"the {length:,} tokens to generate after position {following:,} (image_grid_thw past the "
+                f"prompt's complete images) reach past the largest position, {LARGEST_POSITION:,}"
+            )
         tokens = todo[:, 1] * todo[:, 2]
         ones = np.ones(tokens.shape, dtype=np.int64)
         start = np.cumsum(tokens) - tokens
         made = Blocks(start, ones, todo[:, 1], todo[:, 2], ones.astype(np.float32), tokens)
-        length = int(tokens.sum()) + 1
         if made.start.size <= FEW_BLOCKS:
             positions, _ = render_one_row(block_rows(made), length, self.compat)
         else:
