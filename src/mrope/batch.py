@@ -23,6 +23,7 @@ def get_rope_index(
     compat: Compat | None = None,
     audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
+    images_per_sample: ArrayLike | None = None,
 ) -> tuple[ArrayLike, ArrayLike]:
     """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
 
@@ -44,6 +45,9 @@ def get_rope_index(
         (:func:`mrope.families.family_for`).
     audio_seqlens : (num_audios,) audio feature lengths in batch order, optional (Omni families only)
     use_audio_in_video : bool, optional (Omni families only): every video carries its audio
+    images_per_sample : (B,) int, optional (GLM-Image only): the grids of each row, in order (its complete
+        images', then those of the images to generate), as its processor gives them; needed by a batch
+        of several rows with grids
 
     Returns
     -------
@@ -64,6 +68,7 @@ def get_rope_index(
             second_per_grid_ts=second_per_grid_ts,
             audio_seqlens=audio_seqlens,
             use_audio_in_video=use_audio_in_video,
+            images_per_sample=images_per_sample,
             row_starts=row_starts,
             row_lengths=row_lengths,
         )

@@ -344,20 +344,25 @@ def test_patch_refuses_what_is_not_a_supported_vlm() -> None:
         mt.unpatch([])
 
     class UnknownVLM(torch.nn.Module):  # a VLM of a model type mrope does not know
-        def __init__(self) -> None:
+        def __init__(self, model_type: str) -> None:
             super().__init__()
-            self.config = AutoConfig.for_model("glm_image")
+            self.config = AutoConfig.for_model(model_type)
             self.rope_deltas = None
 
         def get_rope_index(self, input_ids: Any, **kwargs: Any) -> None:
             raise NotImplementedError
 
-    unknown = UnknownVLM()
+    unknown = UnknownVLM("minicpmv4_7")
     with pytest.raises(
-        mrope.MRopeError, match=r"UnknownVLM cannot be patched: unsupported model_type 'glm_image'"
+        mrope.MRopeError, match=r"UnknownVLM cannot be patched: unsupported model_type 'minicpmv4_7'"
     ):
         mt.patch(unknown)
     assert "get_rope_index" not in vars(unknown)
+    # GLM-Image's forward reads the decode positions its own get_rope_index caches (tests/families)
+    glm_image = UnknownVLM("glm_image")
+    with pytest.raises(mrope.MRopeError, match=r"cannot be patched: glm_image's forward .* _cached_decode"):
+        mt.patch(glm_image)
+    assert "get_rope_index" not in vars(glm_image)
     with pytest.raises(mrope.MRopeError, match="compat must be None, 'vllm' or 'transformers'"):
         mt.patch(tiny_model("qwen2_vl"), compat="sglang")
     assert not mt.is_patched(tiny_model("qwen2_vl"))

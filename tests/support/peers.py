@@ -48,6 +48,7 @@ TRANSFORMERS_MODELS = {
     "ernie4_5_vl_moe": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeModel"),
     "hy_v4_vl": ("hy_v4_vl", "HYV4VLModel"),
     "hunyuan_vl": ("hunyuan_vl", "HunYuanVLModel"),
+    "glm_image": ("glm_image", "GlmImageModel"),
     "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniPreTrainedModelForConditionalGeneration"),
     "qwen3_omni_moe": ("qwen3_omni_moe", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"),
 }
@@ -109,6 +110,26 @@ def transformers_rope_index(family: Family, config: Any, input_ids: Any, **kwarg
     fake_self.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, fake_self)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return owner.get_rope_index(fake_self, input_ids, mm_token_type_ids(family, input_ids), **kwargs)
+
+
+def transformers_glm_image_rope_index(
+    config: Any,
+    input_ids: Any,
+    *,
+    image_grid_thw: Any = None,
+    images_per_sample: Any = None,
+    attention_mask: Any = None,
+) -> tuple[Any, Any, Any]:
+    """GLM-Image's ``get_rope_index`` (its own signature), unbound on a config object: positions, deltas
+    and the decode positions it caches at prefill (``_cached_decode_position_ids``, (B, 3, n) padded by
+    repeating each row's last column; None without grids)."""
+    owner = _transformers_owner("glm_image")
+    fake_self = types.SimpleNamespace(config=config)
+    fake_self.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, fake_self)
+    positions, deltas = owner.get_rope_index(
+        fake_self, input_ids, image_grid_thw, images_per_sample, attention_mask
+    )
+    return positions, deltas, fake_self._cached_decode_position_ids
 
 
 def _transformers_omni_rope_index(

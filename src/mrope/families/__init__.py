@@ -16,6 +16,7 @@ from .cosmos3 import Cosmos3
 from .ernie4_5_vl import Ernie4_5_VL
 from .glm4v import Glm4V
 from .glm46v import Glm46V
+from .glm_image import GlmImage
 from .hunyuan_vl import HunYuanVL
 from .hy_v4_vl import HYV4VL
 from .inputs import ArrayLike, PromptItem, RequestInputs
@@ -50,6 +51,7 @@ FAMILIES: tuple[type[Family], ...] = (
     Isaac,
     HYV4VL,
     HunYuanVL,
+    GlmImage,
     Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}

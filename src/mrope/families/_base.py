@@ -125,6 +125,10 @@ class Family:
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
     #: three, (t, h, w), for every family but HunYuan-VL (:meth:`segment_rows_error`)
     num_dims: ClassVar[int] = 3
+    #: whether a token at sequence index ``i >= L`` (past the prompt) has position ``i + delta``, which the
+    #: serving table, the engine integrations and the transformers patch serve (False: GLM-Image, whose
+    #: generated image tokens take positions cached at prefill, :mod:`mrope.families.glm_image`)
+    decode_follows_index: ClassVar[bool] = True
     #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
     #: config without it names the field)
     setting_sources: ClassVar[Mapping[str, str]] = {}
@@ -242,14 +246,20 @@ class Family:
         use_audio_in_video: bool | None = None,
         frame_offsets: ArrayLike | None = None,
         *,
+        images_per_sample: ArrayLike | None = None,
         row_starts: np.ndarray | None = None,
         row_lengths: np.ndarray | None = None,
     ) -> RequestInputs:
         """The checked inputs of one call (see :meth:`positions` for the arguments): every rule on them
         is checked here, once. ``row_starts`` and ``row_lengths`` (int64 arrays, the batch API) make
-        ``input_ids`` a stream of several rows; by default it is one prompt."""
-        if audio_seqlens is not None or use_audio_in_video is not None:
-            given = {"audio_seqlens": audio_seqlens, "use_audio_in_video": use_audio_in_video}
+        ``input_ids`` a stream of several rows; by default it is one prompt. ``images_per_sample``
+        (GLM-Image's, the grids of each row) is refused here: the family that takes it reads it."""
+        if audio_seqlens is not None or use_audio_in_video is not None or images_per_sample is not None:
+            given = {
+                "audio_seqlens": audio_seqlens,
+                "use_audio_in_video": use_audio_in_video,
+                "images_per_sample": images_per_sample,
+            }
             self.check_extra_inputs({k: v for k, v in given.items() if v is not None})
         if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
             raise MRopeError(self.no_offsets_message())
@@ -414,7 +424,8 @@ class Family:
         positions : numpy.ndarray, shape (num_dims, L), int64 (rows t, h, w; :attr:`num_dims` is 3 for
             every family but HunYuan-VL, see :mod:`mrope.families.hunyuan_vl`); float32 for Qwen3-Omni
         delta : int (float for Qwen3-Omni), ``positions.max() + 1 - L``; a token at sequence index
-            ``i >= L`` has position ``i + delta`` on all three rows.
+            ``i >= L`` has position ``i + delta`` on all three rows (GLM-Image: 0, and the tokens it
+            generates take ``generation_positions``: :attr:`decode_follows_index`).
 
         Raises
         ------
@@ -493,6 +504,8 @@ class Family:
                 f"it takes {', '.join(self.extra_inputs)}"
                 if self.extra_inputs
                 else "only the Omni families do"
+                if "images_per_sample" not in unknown
+                else "only GLM-Image does"
             )
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 

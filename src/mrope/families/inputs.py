@@ -64,6 +64,8 @@ class RequestInputs(NamedTuple):
     use_audio_in_video: bool = False  # Omni: every video carries its audio, interleaved
     row_starts: np.ndarray | None = None  # (num_rows,) int64; None: one row
     row_lengths: np.ndarray | None = None  # (num_rows,) int64
+    #: GLM-Image: the grids of each row, in order (its ``images_per_sample``), checked; None elsewhere
+    images_per_row: np.ndarray | None = None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """``(row_starts, row_lengths)`` of the stream (int64 arrays)."""

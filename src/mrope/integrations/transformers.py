@@ -186,6 +186,13 @@ def patch(model: Any, *, compat: Compat | None = None) -> Any:
             family = from_config(owners[-1].config, compat=compat)
         except MRopeError as err:
             raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
+        if not family.decode_follows_index:
+            raise MRopeError(
+                f"{type(model).__name__} cannot be patched: {family.model_type}'s forward positions the "
+                "tokens it generates from _cached_decode_position_ids, which only transformers' own "
+                "get_rope_index sets (at prefill); mrope gives them as family.generation_positions() but "
+                "does not set the model's cache"
+            )
     missing = [owner for owner in owners if _patched(owner) is None]
     replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in missing]
     for owner, replacement in replacements:
@@ -244,7 +251,8 @@ def rope_index(
         sample ``(L,)``), ``attention_mask``, ``image_grid_thw``, ``video_grid_thw``,
         ``second_per_grid_ts`` (Omni: ``video_second_per_grid``; read only for families that scale video
         time, as transformers does), ``feature_attention_mask`` or ``audio_feature_lengths`` (Omni
-        audio). Everything else (``mm_token_type_ids``, pixel tensors) is ignored.
+        audio), ``images_per_sample`` (GLM-Image). Everything else (``mm_token_type_ids``, pixel
+        tensors) is ignored.
     compat : None (default: the family's own; a config is read under the installed transformers'
         convention), ``"vllm"`` or ``"transformers"`` (a family is then used under it).
     use_audio_in_video : Omni only: every video carries its audio (the processor's argument of that name).
@@ -298,6 +306,8 @@ def rope_index(
         extra["audio_seqlens"] = audio_seqlens
     if use_audio_in_video is not None:
         extra["use_audio_in_video"] = use_audio_in_video
+    if "images_per_sample" in family.extra_inputs:  # GLM-Image: the grids of each row
+        extra["images_per_sample"] = inputs.get("images_per_sample")
     positions, deltas = get_rope_index(
         family,
         input_ids,

@@ -1,0 +1,221 @@
+"""GLM-Image (``glm_image``): text, and complete images as one-frame blocks found between their markers;
+the grids past a prompt's complete images are the images still to be generated.
+
+transformers 5.24's ``GlmImageModel.get_rope_index``. A complete image is the tokens from an
+``image_start_token_id`` + 1 to its ``image_end_token_id`` (the markers are text): H * W tokens of grid
+(1, H, W) (no merge), a block at the running position whose text resumes ``max(H, W)`` later, the
+segment model's rule for one-frame blocks under both conventions. ``image_grid_thw`` holds, per prompt,
+its complete images' grids, then the grids of the images the model generates (the processor's target
+grids: two for text-to-image, one for image-to-image); a batch splits it by ``images_per_sample``.
+
+Deltas are 0: a token past the prompt does not take ``index + delta``. The tokens generated after the
+prompt take :meth:`GlmImage.generation_positions` (transformers caches them at prefill as
+``_cached_decode_position_ids``): the images still to be generated, from the last grid backwards, each
+a block at a running position (``+ max(h, w)`` after each), then one position for the end marker. So
+the serving :class:`~mrope.PositionTable`, the engine integrations and mrope's transformers patch, which
+serve ``index + delta``, refuse the family (:attr:`GlmImage.decode_follows_index`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._backends import to_int_array
+from .._errors import MRopeError
+from ..core import FEW_BLOCKS, Blocks, block_rows, build_segments, place, render_all, render_one_row
+from ..core.place import LARGEST_POSITION
+from ._base import Family
+from ._grids import check_grids
+from ._seconds import check_second_per_grid_ts
+from .inputs import ArrayLike, RequestInputs, Seconds
+
+_NO_VIDEOS = np.zeros((0, 3), dtype=np.int64)
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
+class GlmImage(Family):
+    model_types = ("glm_image",)
+    takes_offsets = False
+    prompt_layout = "glm"  # the source images; the target grids and the generation's start are the caller's
+    extra_inputs = ("images_per_sample",)
+    decode_follows_index = False
+    default_mrope_sections = {"glm_image_text": (8, 12, 12)}
+    #: transformers positions the grids as they are (``get_vision_position_ids``' merge of 1), whatever
+    #: the config's vision merge
+    spatial_merge_size: ClassVar[int] = 1  # type: ignore[misc]
+
+    #: the placeholder of a source image's tokens (the prompt layout's; the rule reads only the markers)
+    image_token_id: int
+    image_start_token_id: int
+    image_end_token_id: int
+
+    def segment_rows_error(self, what: str) -> MRopeError:
+        return MRopeError(
+            f"{self.model_type}: the tokens generated after the prompt do not take index + delta (its "
+            "images still to be generated take the positions of generation_positions(), transformers' "
+            f"_cached_decode_position_ids): {what} serves index + delta"
+        )
+
+    def no_offsets_message(self) -> str:
+        return f"{self.model_type} finds its images between their markers in input_ids: it takes no offsets"
+
+    def request_inputs(  # type: ignore[override]
+        self,
+        input_ids: ArrayLike,
+        *args: Any,
+        images_per_sample: ArrayLike | None = None,
+        row_starts: np.ndarray | None = None,
+        row_lengths: np.ndarray | None = None,
+        **kwargs: Any,
+    ) -> RequestInputs:
+        """The shared checks, and the grids of each row: ``images_per_sample`` (one count per row,
+        summing to the grids), needed by a batch of several rows with grids."""
+        inputs = super().request_inputs(
+            input_ids, *args, row_starts=row_starts, row_lengths=row_lengths, **kwargs
+        )
+        rows = inputs.rows()[0].size
+        grids = len(inputs.images)
+        if images_per_sample is None:
+            if rows > 1 and grids:
+                raise MRopeError(
+                    f"{self.model_type}: a batch of {rows} rows with image_grid_thw needs images_per_sample "
+                    "(the grids of each row, as the processor gives them)"
+                )
+            return inputs._replace(images_per_row=np.full(rows, grids, dtype=np.int64))
+        counts = to_int_array(images_per_sample, name="images_per_sample", ndim=1)
+        if counts.size != rows or (counts < 0).any() or int(counts.sum()) != grids:
+            raise MRopeError(
+                f"images_per_sample = {counts.tolist()}: expected {rows} counts >= 0 (one per row) summing "
+                f"to the {grids} grids of image_grid_thw"
+            )
+        return inputs._replace(images_per_row=counts)
+
+    def check_vision_inputs(
+        self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any, length: int
+    ) -> tuple[np.ndarray, np.ndarray, Seconds | None]:
+        """Image grids of T = 1, no videos; not checked against the prompt's length (the grids of the
+        images to be generated are not in it: :meth:`parse` checks each complete image's tokens)."""
+        if video_grid_thw is not None:
+            raise MRopeError(f"{self.model_type} takes no video_grid_thw (it has images only)")
+        images, _ = check_grids(image_grid_thw, "image_grid_thw", 1, 1)
+        if images.size and (images[:, 0] != 1).any():
+            i = int((images[:, 0] != 1).argmax())
+            raise MRopeError(
+                f"image_grid_thw[{i}] = {tuple(images[i].tolist())}: {self.model_type} images have T = 1"
+            )
+        return images, _NO_VIDEOS, check_second_per_grid_ts(self, second_per_grid_ts, _NO_VIDEOS)
+
+    def parse(self, inputs: RequestInputs) -> Blocks:
+        """The complete images of every row, each with its row's next grid."""
+        return self.complete_images(inputs)[0]
+
+    def complete_images(self, inputs: RequestInputs) -> tuple[Blocks, np.ndarray, np.ndarray]:
+        """The complete images' blocks, and each row's first grid and count of complete images.
+
+        Each row's markers alternate, start first (an image the prompt leaves open, as the processor
+        ends it, is the last); a row has no more complete images than grids."""
+        ids = inputs.array
+        row_starts, _ = inputs.rows()
+        is_start = ids == self.image_start_token_id
+        marks = np.flatnonzero(is_start | (ids == self.image_end_token_id))
+        opens = is_start[marks]
+        row = row_starts.searchsorted(marks, side="right") - 1
+        rank = np.arange(marks.size) - row.searchsorted(row)  # the marker's ordinal in its row
+        bad = opens != (rank % 2 == 0)
+        if bad.any():
+            i = int(bad.argmax())
+            r, at = int(row[i]), int(marks[i] - row_starts[row[i]])
+            what = (
+                "image_start_token_id opens an image inside another"
+                if opens[i]
+                else ("image_end_token_id closes no image")
+            )
+            raise MRopeError(f"input_ids row {r}, index {at}: {what} ({self.model_type}'s markers alternate)")
+        ends = np.flatnonzero(~opens)
+        counts = inputs.images_per_row
+        first_grid = np.cumsum(counts) - counts
+        complete = np.bincount(row[ends], minlength=counts.size)
+        short = np.flatnonzero(complete > counts)
+        if short.size:
+            r = int(short[0])
+            raise MRopeError(
+                f"input_ids row {r} holds {complete[r]} complete images (image_start .. image_end) but "
+                f"{counts[r]} grids: one grid per image, then those of the images to generate"
+            )
+        grid = first_grid[row[ends]] + rank[ends] // 2
+        start = marks[ends - 1] + 1
+        span = marks[ends] - start
+        height, width = inputs.images[grid, 1], inputs.images[grid, 2]
+        tokens = height * width
+        wrong = np.flatnonzero(span != tokens)
+        if wrong.size:
+            i = int(wrong[0])
+            raise MRopeError(
+                f"image_grid_thw[{grid[i]}] = {tuple(inputs.images[grid[i]].tolist())} is an image of "
+                f"{span[i]} tokens between its markers (at index {start[i] - row_starts[row[ends[i]]]} of "
+                f"row {row[ends[i]]}): expected H * W = {tokens[i]}"
+            )
+        ones = np.ones(start.shape, dtype=np.int64)
+        blocks = Blocks(start, ones, height, width, ones.astype(np.float32), tokens)
+        return blocks, first_grid, complete
+
+    def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:
+        positions, delta = super().stream_positions(inputs)
+        return positions, np.zeros_like(delta)
+
+    def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
+        if segments:
+            raise self.segment_rows_error("Family.segments (and the serving PositionTable)")
+        positions, _ = super().prompt(inputs, segments=False)
+        return positions, 0
+
+    def generation_positions(
+        self, input_ids: ArrayLike, *, image_grid_thw: ArrayLike | None = None
+    ) -> np.ndarray:
+        """Positions of the tokens the model generates after one prompt: transformers'
+        ``_cached_decode_position_ids`` of the prompt's sample, without its batch padding.
+
+        Parameters
+        ----------
+        input_ids : list, numpy array or torch tensor, shape (L,), integer: the prompt
+        image_grid_thw : (num_images, 3), the prompt's complete images' grids, then the grids of the
+            images to generate (the processor's ``image_grid_thw`` of the prompt)
+
+        Returns
+        -------
+        numpy.ndarray, shape (3, n), int64: the images to generate, the last grid first, each a
+        (1, h, w) block (t, h, w rows) at a running position from the prompt's next one, ``+ max(h, w)``
+        after each, then one position for the end marker: ``n = sum(h * w) + 1``. No grids: ``(3, 0)``
+        (transformers caches nothing; tokens past the prompt take their index).
+
+        Raises
+        ------
+        MRopeError
+            As :meth:`positions`; tokens to generate that would reach past the largest position
+            (2**31 - 1).
+        """
+        inputs = self.request_inputs(input_ids, image_grid_thw)
+        if not len(inputs.images):
+            return np.zeros((3, 0), dtype=np.int64)
+        blocks, _, complete = self.complete_images(inputs)
+        following = len(inputs.ids) + int(place(blocks, *inputs.rows(), self.compat).delta[0])
+        todo = inputs.images[int(complete[0]) :][::-1]
+        length = sum(h * w for h, w in todo[:, 1:].tolist()) + 1  # (Python ints: never wraps)
+        if following + length > LARGEST_POSITION:
+            raise MRopeError(
+                f"the {length:,} tokens to generate after position {following:,} (image_grid_thw past the "
+                f"prompt's complete images) reach past the largest position, {LARGEST_POSITION:,}"
+            )
+        tokens = todo[:, 1] * todo[:, 2]
+        ones = np.ones(tokens.shape, dtype=np.int64)
+        start = np.cumsum(tokens) - tokens
+        made = Blocks(start, ones, todo[:, 1], todo[:, 2], ones.astype(np.float32), tokens)
+        if made.start.size <= FEW_BLOCKS:
+            positions, _ = render_one_row(block_rows(made), length, self.compat)
+        else:
+            one_row = (np.zeros(1, dtype=np.int64), np.array([length], dtype=np.int64))
+            positions = render_all(build_segments(place(made, *one_row, self.compat), length))
+        return positions + following
