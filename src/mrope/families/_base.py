@@ -526,7 +526,7 @@ class Family:
         A family of other than the three rows (t, h, w) raises :class:`MRopeError`
         (:meth:`segment_rows_error`).
         """
-        refused = self.segment_rows_error("MRotaryEmbedding")
+        refused = self.segment_rows_error("MRotaryEmbedding") if self.num_dims != 3 else None
         if refused is not None:
             raise refused
         import torch
