@@ -237,6 +237,63 @@ def _qwen_config(architecture: str, model_type: str, ids: dict[str, int]) -> dic
     }
 
 
+#: the tiny Qwen2.5 vision tower (Qwen2.5-VL's and the Qwen2.5-Omni thinker's; their time rates differ)
+QWEN2_5_VISION: dict[str, Any] = {
+    "depth": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 2,
+    "in_chans": 3,
+    "in_channels": 3,
+    "hidden_act": "silu",
+    "out_hidden_size": 128,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "spatial_patch_size": 14,
+    "window_size": 112,
+    "fullatt_block_indexes": [1],
+    "initializer_range": 0.02,
+}
+#: the tiny Qwen3 vision tower (Qwen3-VL's and the Qwen3-Omni thinker's)
+QWEN3_VISION: dict[str, Any] = {
+    "depth": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 2,
+    "in_channels": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+    "out_hidden_size": 128,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_position_embeddings": 256,
+    "deepstack_visual_indexes": [0, 1],
+    "initializer_range": 0.02,
+}
+#: the Qwen2.5 text backbone's own fields (Qwen2.5-VL's and the Qwen2.5-Omni thinker's)
+QWEN2_5_TEXT: dict[str, Any] = {
+    "max_position_embeddings": 4096,
+    "rope_scaling": {"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
+    "use_sliding_window": False,
+    "sliding_window": 4096,
+    "max_window_layers": 2,
+}
+
+
+def qwen2_video_processor(image: dict[str, Any]) -> dict[str, Any]:
+    """The Qwen2-VL video processor's config beside the image processor ``image``: its sizes, frames as
+    given (no sampling)."""
+    return {
+        **{k: v for k, v in image.items() if k != "image_processor_type"},
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "min_frames": 2,
+        "max_frames": 16,
+        "do_sample_frames": False,
+        "cap_pixels_per_frame": False,
+    }
+
+
 def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
     """Tiny Qwen2.5-VL: text hidden 128, 2 layers, 2 heads, 1 KV head, head_dim 64, chunked
     mrope_section [8, 12, 12]; vision depth 2, hidden 64, patch 14, merge 2, temporal patch 2,
@@ -244,15 +301,7 @@ def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
     folder = Path(folder)
     ids = build_tokenizer(folder, QWEN_SPECIALS, eos="<|im_end|>", pad="<|endoftext|>")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = qwen_text(
-        "qwen2_5_vl_text",
-        ids,
-        max_position_embeddings=4096,
-        rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
-        use_sliding_window=False,
-        sliding_window=4096,
-        max_window_layers=2,
-    )
+    text = qwen_text("qwen2_5_vl_text", ids, **QWEN2_5_TEXT)
     config = {
         **_qwen_config("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", ids),
         "vision_token_id": ids["<|vision_pad|>"],
@@ -261,40 +310,14 @@ def build_qwen2_5_vl(folder: str | Path, seed: int = 0) -> Path:
         # text fields at the top level as well, as the released config.json has them
         **{k: v for k, v in text.items() if k != "model_type"},
         "text_config": text,
-        "vision_config": {
-            "model_type": "qwen2_5_vl",
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "in_chans": 3,
-            "in_channels": 3,
-            "hidden_act": "silu",
-            "out_hidden_size": 128,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "spatial_patch_size": 14,
-            "tokens_per_second": 2,
-            "window_size": 112,
-            "fullatt_block_indexes": [1],
-            "initializer_range": 0.02,
-        },
+        "vision_config": {"model_type": "qwen2_5_vl", **QWEN2_5_VISION, "tokens_per_second": 2},
     }
     write_json(folder / "config.json", config)
     processor = _qwen_image_processor(
         14, "Qwen2_5_VLProcessor", "Qwen2VLImageProcessor", _OPENAI_CLIP_MEAN, _OPENAI_CLIP_STD
     )
     write_json(folder / "preprocessor_config.json", processor)
-    video = {
-        **{k: v for k, v in processor.items() if k != "image_processor_type"},
-        "video_processor_type": "Qwen2VLVideoProcessor",
-        "min_frames": 2,
-        "max_frames": 16,
-        "do_sample_frames": False,
-        "cap_pixels_per_frame": False,
-    }
-    write_json(folder / "video_preprocessor_config.json", video)
+    write_json(folder / "video_preprocessor_config.json", qwen2_video_processor(processor))
     write_generation_config(folder, eos, ids["<|endoftext|>"])
     _save_weights(folder, "Qwen2_5_VLForConditionalGeneration", seed)
     return folder
@@ -321,22 +344,7 @@ def build_qwen3_vl(folder: str | Path, seed: int = 0) -> Path:
     config = {
         **_qwen_config("Qwen3VLForConditionalGeneration", "qwen3_vl", ids),
         "text_config": text,
-        "vision_config": {
-            "model_type": "qwen3_vl",
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "in_channels": 3,
-            "hidden_act": "gelu_pytorch_tanh",
-            "out_hidden_size": 128,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "num_position_embeddings": 256,
-            "deepstack_visual_indexes": [0, 1],
-            "initializer_range": 0.02,
-        },
+        "vision_config": {"model_type": "qwen3_vl", **QWEN3_VISION},
     }
     write_json(folder / "config.json", config)
     processor = _qwen_image_processor(
@@ -535,15 +543,7 @@ def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
     folder = Path(folder)
     ids = omni_tokenizer(folder, QWEN2_5_OMNI_SPECIALS, _QWEN2_5_OMNI_TOKEN_NAMES, "Qwen2_5OmniProcessor")
     eos = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text = qwen_text(
-        "qwen2_5_omni_text",
-        ids,
-        max_position_embeddings=4096,
-        rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [8, 12, 12]},
-        use_sliding_window=False,
-        sliding_window=4096,
-        max_window_layers=2,
-    )
+    text = qwen_text("qwen2_5_omni_text", ids, **QWEN2_5_TEXT)
     thinker = {
         "model_type": "qwen2_5_omni_thinker",
         "architectures": ["Qwen2_5OmniThinkerForConditionalGeneration"],
@@ -566,22 +566,8 @@ def build_qwen2_5_omni(folder: str | Path, seed: int = 0) -> Path:
         "text_config": text,
         "vision_config": {
             "model_type": "qwen2_5_omni_vision_encoder",
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "in_channels": 3,
-            "in_chans": 3,
-            "hidden_act": "silu",
-            "out_hidden_size": 128,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "spatial_patch_size": 14,
+            **QWEN2_5_VISION,
             "tokens_per_second": 25,
-            "window_size": 112,
-            "fullatt_block_indexes": [1],
-            "initializer_range": 0.02,
         },
         "audio_config": {
             "model_type": "qwen2_5_omni_audio_encoder",
@@ -627,15 +613,7 @@ def _write_omni(
     }
     write_json(folder / "config.json", config)
     write_json(folder / "preprocessor_config.json", {**image, **whisper_features()})
-    video = {
-        **{k: v for k, v in image.items() if k != "image_processor_type"},
-        "video_processor_type": "Qwen2VLVideoProcessor",
-        "min_frames": 2,
-        "max_frames": 16,
-        "do_sample_frames": False,
-        "cap_pixels_per_frame": False,
-    }
-    write_json(folder / "video_preprocessor_config.json", video)
+    write_json(folder / "video_preprocessor_config.json", qwen2_video_processor(image))
     write_generation_config(folder, eos, pad)
 
 
@@ -729,22 +707,10 @@ def build_qwen3_omni(folder: str | Path, seed: int = 0) -> Path:
         "text_config": text,
         "vision_config": {
             "model_type": "qwen3_omni_moe_vision_encoder",
-            "depth": 2,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "in_channels": 3,
-            "hidden_act": "gelu_pytorch_tanh",
-            "out_hidden_size": 128,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "num_position_embeddings": 256,
+            **QWEN3_VISION,
             # vLLM reads these two (released: 768 / 16 = 48 a side, 2304 position embeddings)
             "image_size": 256,
             "apply_vit_abs_pos_embed": True,
-            "deepstack_visual_indexes": [0, 1],
-            "initializer_range": 0.02,
         },
         "audio_config": {"model_type": "qwen3_omni_moe_audio_encoder", **QWEN3_OMNI_AUDIO},
     }

@@ -24,14 +24,7 @@ from . import checkpoints as base
 
 VLLM_ONLY_FAMILIES = ("qwen3_asr", "minicpmv4_6")
 
-QWEN3_ASR_SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|audio_start|>",
-    "<|audio_end|>",
-    "<|audio_pad|>",
-]
+QWEN3_ASR_SPECIALS = base.QWEN3_OMNI_SPECIALS[:6]  # the text and audio tokens, in the same order
 _QWEN3_ASR_TOKEN_NAMES = {
     "audio_token": "<|audio_pad|>",
     "audio_bos_token": "<|audio_start|>",

@@ -187,15 +187,7 @@ def prompts(family: str) -> dict[str, dict[str, Any]]:
     ph = placeholders(family)
     img, vid = ph["image"], ph["video"]
     result: dict[str, dict[str, Any]] = {
-        "text": {"prompt": "The quick brown fox jumps over the lazy dog. Tell me a story about the sea."},
-        "image": {
-            "prompt": f"Describe the image. {img} What is in the picture?",
-            "multi_modal_data": {"image": image(3 * u, 5 * u, seed=1)},
-        },
-        "image_long": {
-            "prompt": f"{_LONG_TEXT} {img} Describe the image.",
-            "multi_modal_data": {"image": image(4 * u, 6 * u, seed=2)},
-        },
+        **text_and_image_prompts(img, u),
         "image_long_again": {
             "prompt": f"{_LONG_TEXT} {img} Compare the two images and the video.",
             "multi_modal_data": {"image": image(4 * u, 6 * u, seed=2)},
@@ -222,6 +214,27 @@ def prompts(family: str) -> dict[str, dict[str, Any]]:
     }
     assert tuple(result) == PROMPT_NAMES
     return result
+
+
+#: the text-only prompt of every family's prompt set
+TEXT_PROMPT = {"prompt": "The quick brown fox jumps over the lazy dog. Tell me a story about the sea."}
+
+
+def text_and_image_prompts(img: str, u: int) -> dict[str, dict[str, Any]]:
+    """The prompts every vision family's set begins with: ``text``; ``image``, short text, an image of
+    3 x 5 merged tokens (``u`` pixels each) and text; ``image_long``, ~50 text tokens then an image of
+    4 x 6 tokens (the first 64-token chunk ends inside it). ``img``: the image placeholder text."""
+    return {
+        "text": TEXT_PROMPT,
+        "image": {
+            "prompt": f"Describe the image. {img} What is in the picture?",
+            "multi_modal_data": {"image": image(3 * u, 5 * u, seed=1)},
+        },
+        "image_long": {
+            "prompt": f"{_LONG_TEXT} {img} Describe the image.",
+            "multi_modal_data": {"image": image(4 * u, 6 * u, seed=2)},
+        },
+    }
 
 
 def audio(seconds: float, seed: int = 0, sampling_rate: int = 16000) -> tuple[np.ndarray, int]:
@@ -284,15 +297,7 @@ def omni_prompts(family: str) -> dict[str, dict[str, Any]]:
     # 4 to 24 merged tokens a frame, as the checkpoints' image processors
     video_size = {"size": {"shortest_edge": u * u * 4, "longest_edge": u * u * 24}}
     result: dict[str, dict[str, Any]] = {
-        "text": {"prompt": "The quick brown fox jumps over the lazy dog. Tell me a story about the sea."},
-        "image": {
-            "prompt": f"Describe the image. {img} What is in the picture?",
-            "multi_modal_data": {"image": image(3 * u, 5 * u, seed=1)},
-        },
-        "image_long": {
-            "prompt": f"{_LONG_TEXT} {img} Describe the image.",
-            "multi_modal_data": {"image": image(4 * u, 6 * u, seed=2)},
-        },
+        **text_and_image_prompts(img, u),
         "audio": {
             "prompt": f"Listen. {aud} What is it?",
             "multi_modal_data": {"audio": audio(1.3, seed=3)},
@@ -819,6 +824,34 @@ def check_then_serve(engine: Any, prompts: list[dict[str, Any]], expected: Any) 
     assert served["admitted"] == len(prompts)
     assert served["steps"] > 0 and served["checked_steps"] == 0
     assert served["fallback_requests"] == served["fallback_steps"] == 0
+
+
+@contextlib.contextmanager
+def serving(engine: Any, family: Any) -> Iterator[None]:
+    """The plugin's runner in this process serves ``family`` for the block (a rule changed on purpose:
+    the negative controls), then the family it served before."""
+    state = in_process_runner(engine)._mrope  # the plugin's state on vLLM's runner
+    served = state.family
+    state.family = family
+    try:
+        yield
+    finally:
+        state.family = served
+
+
+def served_family(engine: Any) -> Any:
+    """The family the plugin's runner in this process serves."""
+    return in_process_runner(engine)._mrope.family
+
+
+def disabled_gives(engine: Any, prompts: list[dict[str, Any]], expected: Any) -> None:
+    """After ``disable()``, vLLM's own path gives ``expected`` again and the plugin counts nothing."""
+    from mrope.integrations import vllm as plugin
+
+    plugin.disable()
+    before = plugin.stats()
+    assert engine.generate(prompts) == expected
+    assert plugin.stats() == before
 
 
 @contextlib.contextmanager

@@ -360,6 +360,9 @@ class Family:
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
         of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
         are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool)."""
+        refused = self.segment_rows_error("Family.segments (and the serving PositionTable)")
+        if refused is not None:
+            raise refused
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
         given += (audio_seqlens, use_audio_in_video, frame_offsets)
         return self.one_prompt(input_ids, given, items, segments=True, layout=layout)

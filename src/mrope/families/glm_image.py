@@ -167,8 +167,7 @@ class GlmImage(Family):
         return positions, np.zeros_like(delta)
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
-        if segments:
-            raise self.segment_rows_error("Family.segments (and the serving PositionTable)")
+        """One prompt's positions, delta 0 (:meth:`segments` refused it: :meth:`segment_rows_error`)."""
         positions, _ = super().prompt(inputs, segments=False)
         return positions, 0
 

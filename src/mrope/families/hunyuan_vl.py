@@ -156,8 +156,7 @@ class HunYuanVL(Family):
         return self.rows(positions, inputs.rows()[0]), delta
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
-        if segments:
-            raise self.segment_rows_error("Family.segments (and the serving PositionTable)")
+        """The family's rows of one prompt (:meth:`segments` refused it: :meth:`segment_rows_error`)."""
         positions, delta = super().prompt(inputs, segments=False)
         return self.rows(positions, inputs.rows()[0]), max(delta, 0) if self.num_dims > 3 else delta
 

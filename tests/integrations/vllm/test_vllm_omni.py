@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from mrope.integrations import vllm as plugin
 from support import checkpoints
 from support import vllm_harness as harness
 
@@ -67,17 +66,10 @@ def test_omni_tokens_equal_vllm(omni_dir: Path, plugin_off: None) -> None:
         assert changed and changed <= VISION, changed
 
         # the Omni rule itself, wrong by a little inside the plugin (the runner's family replaced)
-        state = harness.in_process_runner(engine)._mrope
-        served_family = state.family
-        try:
-            for setting, concerned in WRONG_RULES[family]:
-                state.family = dataclasses.replace(served_family, **setting)
+        served = harness.served_family(engine)
+        for setting, concerned in WRONG_RULES[family]:
+            with harness.serving(engine, dataclasses.replace(served, **setting)):
                 assert _changed(expected, engine.generate(prompts)) == concerned, setting
-        finally:
-            state.family = served_family
         assert engine.generate(prompts) == expected
 
-        plugin.disable()
-        before = plugin.stats()
-        assert engine.generate(prompts) == expected  # vLLM's own path again
-        assert plugin.stats() == before
+        harness.disabled_gives(engine, prompts, expected)

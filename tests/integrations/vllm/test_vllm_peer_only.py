@@ -29,7 +29,6 @@ import pytest
 from mrope.core import Blocks
 from mrope.families import Family
 from mrope.families.inputs import RequestInputs
-from mrope.integrations import vllm as plugin
 from support import checkpoints
 from support import vllm_harness as harness
 from support.checkpoints_vllm_only import VLLM_ONLY_FAMILIES
@@ -39,7 +38,7 @@ _LONG_TEXT = "You are a helpful assistant. The quick brown fox jumps over the la
 
 # name -> vLLM prompt (Qwen3-ASR: 16 kHz audio; 1.3 s is 17 placeholder tokens, 4.5 s 59)
 ASR_PROMPTS: dict[str, dict[str, Any]] = {
-    "text": {"prompt": "The quick brown fox jumps over the lazy dog. Tell me a story about the sea."},
+    "text": harness.TEXT_PROMPT,
     "audio": {
         "prompt": f"Listen. {_AUDIO} What is it?",
         "multi_modal_data": {"audio": harness.audio(1.3, seed=3)},
@@ -146,20 +145,12 @@ def test_peer_only_tokens_equal_vllm(vllm_only_dir: Path, plugin_off: None) -> N
             assert engine.generate(prompts) == expected
         assert wrong.steps > 0 and wrong.changed == 0
 
-        state = harness.in_process_runner(engine)._mrope
-        served_family = state.family
         placeholder = checkpoints.special_ids(vllm_only_dir)[case.placeholder]
-        try:
-            state.family = runs_as_blocks(served_family, placeholder)
+        with harness.serving(engine, runs_as_blocks(harness.served_family(engine), placeholder)):
             assert _changed(names, expected, engine.generate(prompts)) == case.with_items
-        finally:
-            state.family = served_family
         assert engine.generate(prompts) == expected
 
-        plugin.disable()
-        before = plugin.stats()
-        assert engine.generate(prompts) == expected  # vLLM's own path again
-        assert plugin.stats() == before
+        harness.disabled_gives(engine, prompts, expected)
 
 
 @pytest.mark.parametrize("vllm_only_dir", VLLM_ONLY_FAMILIES, indirect=True)
