@@ -230,7 +230,54 @@ def test_config_reading_names_missing_fields():
     }
 
 
-def test_what_serves_index_plus_delta_refuses_it(glm_image):
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformers_positions(glm_image, data):
+    """Two requests in a :class:`mrope.PositionTable`, filled in random chunks (chunked prefill, then
+    decode) on the numpy, numba and torch paths: the prompt's positions, then transformers' decode
+    cache (``_cached_decode_position_ids``), then ``index + delta`` past it."""
+    import torch
+
+    config, family = glm_image
+    prompts = data.draw(st.lists(glm_prompts(), min_size=2, max_size=2), label="prompts")
+    expected = []
+    for ids, grids in prompts:
+        prompt, _, cache = transformers_glm_image_rope_index(
+            config, torch.tensor([ids]), image_grid_thw=torch.tensor(grids)
+        )
+        made = as_numpy(cache)[0]
+        past = made[:, -1:] + np.arange(1, 4)  # three tokens past the end marker: index + delta
+        expected.append(np.concatenate([as_numpy(prompt)[:, 0], made, past], axis=1))
+    totals = np.array([e.shape[1] for e in expected])
+    chunks = [
+        data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=40), label="chunks") for _ in prompts
+    ]
+    for backend in ("numpy", "numba", "torch"):
+        table = mrope.PositionTable(4, backend="numpy" if backend == "numpy" else "auto")
+        for slot, (ids, grids) in zip((3, 1), prompts, strict=True):
+            table.add(slot, family, ids, image_grid_thw=grids)
+        got = [np.zeros((3, 0), dtype=np.int64) for _ in prompts]
+        done = np.zeros(2, dtype=np.int64)
+        step = 0
+        while (done < totals).any():
+            sizes = np.array([c[step % len(c)] for c in chunks]).clip(0, totals - done)
+            out = np.zeros((3, int(sizes.sum())), dtype=np.int64)
+            slots, computed = np.array([3, 1]), done.copy()
+            if backend == "torch":
+                target = torch.from_numpy(out)
+                as_tensor = torch.from_numpy
+                table.fill(target, as_tensor(slots), as_tensor(computed), as_tensor(sizes), int(sizes.sum()))
+            else:
+                table.fill(out, slots, computed, sizes)
+            split = np.split(out, np.cumsum(sizes)[:-1], axis=1)
+            got = [np.concatenate([g, part], axis=1) for g, part in zip(got, split, strict=True)]
+            done += sizes
+            step += 1
+        for row, want in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(row, want, err_msg=backend)
+
+
+def test_what_serves_index_plus_delta_past_the_prompt_refuses_it(glm_image):
     from transformers.models.glm_image.modeling_glm_image import GlmImageModel
 
     from mrope.integrations import sglang as mrope_sglang
@@ -238,12 +285,6 @@ def test_what_serves_index_plus_delta_refuses_it(glm_image):
     from mrope.integrations.transformers import patch
 
     config, family = glm_image
-    ids, grids = [5, START], [[1, 2, 2], [1, 1, 1]]
-    why = r"glm_image: the tokens generated after the prompt do not take index \+ delta"
-    with pytest.raises(MRopeError, match=why + r" .*: Family.segments \(and the serving PositionTable\)"):
-        family.segments(ids, image_grid_thw=grids)
-    with pytest.raises(MRopeError, match=why):
-        mrope.PositionTable(2, max_position=1024).add(0, family, ids, image_grid_thw=grids)
     assert "mrope's vLLM integration serves index + delta" in unsupported_reason(family)
     assert "glm_image" not in mrope_sglang.STEP_MODEL_TYPES + mrope_sglang.PROMPT_MODEL_TYPES
     # transformers' forward reads the decode cache its own get_rope_index sets: the patch refuses

@@ -126,8 +126,8 @@ class Family:
     #: three, (t, h, w), for every family but HunYuan-VL (:meth:`segment_rows_error`)
     num_dims: ClassVar[int] = 3
     #: whether a token at sequence index ``i >= L`` (past the prompt) has position ``i + delta``, which the
-    #: serving table, the engine integrations and the transformers patch serve (False: GLM-Image, whose
-    #: generated image tokens take positions cached at prefill, :mod:`mrope.families.glm_image`)
+    #: engine integrations serve (False: GLM-Image, whose generated image tokens take positions that
+    #: transformers caches at prefill and :meth:`segments` covers, :mod:`mrope.families.glm_image`)
     decode_follows_index: ClassVar[bool] = True
     #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
     #: config without it names the field)
@@ -359,7 +359,8 @@ class Family:
         The arguments are those of :meth:`positions`. Omni tables carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
         of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
-        are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool)."""
+        are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool).
+        GLM-Image's table covers the tokens its prompt generates too (:mod:`mrope.families.glm_image`)."""
         refused = self.segment_rows_error("Family.segments (and the serving PositionTable)")
         if refused is not None:
             raise refused
@@ -476,15 +477,21 @@ class Family:
     ) -> tuple[SegmentTable | OneRowLayout | np.ndarray, int | float]:
         """The segment table (``segments``; with ``layout``, the one-row layout of a prompt of a few
         blocks) or the positions of one prompt, and its delta as a Python number."""
-        blocks = self.prompt_blocks(inputs)
-        length = inputs.length
+        return self.one_stream(self.prompt_blocks(inputs), inputs.length, segments=segments, layout=layout)
+
+    def one_stream(
+        self, blocks: Blocks | ItemBlocks | list[BlockRow], length: int, *, segments: bool, layout: bool
+    ) -> tuple[SegmentTable | OneRowLayout | np.ndarray, int | float]:
+        """:meth:`prompt`'s result from one stream's ``blocks`` over ``length`` tokens: the one-row path
+        for a few blocks, placement and segments for more."""
         if isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
             blocks = block_rows(blocks)
         if isinstance(blocks, list):
             if not segments:
                 return render_one_row(blocks, length, self.compat)
             return (layout_one_row if layout else segments_one_row)(blocks, length, self.compat)
-        placed = place(blocks, *inputs.rows(), self.compat)
+        one_row = (np.zeros(1, dtype=np.int64), np.array([length], dtype=np.int64))
+        placed = place(blocks, *one_row, self.compat)
         table = build_segments(placed, length)
         return (table if segments else render_all(table)), placed.delta[0].item()
 

@@ -11,9 +11,13 @@ grids: two for text-to-image, one for image-to-image); a batch splits it by ``im
 Deltas are 0: a token past the prompt does not take ``index + delta``. The tokens generated after the
 prompt take :meth:`GlmImage.generation_positions` (transformers caches them at prefill as
 ``_cached_decode_position_ids``): the images still to be generated, from the last grid backwards, each
-a block at a running position (``+ max(h, w)`` after each), then one position for the end marker. So
-the serving :class:`~mrope.PositionTable`, the engine integrations and mrope's transformers patch, which
-serve ``index + delta``, refuse the family (:attr:`GlmImage.decode_follows_index`).
+a block at a running position (``+ max(h, w)`` after each), then one position for the end marker. They
+are blocks under the same placement as the prompt's, so :meth:`GlmImage.segments` (the state of the
+serving :class:`~mrope.PositionTable`) covers the prompt and the ``n`` tokens it generates, and only past
+those ``index + delta`` (where transformers repeats the end marker's position: a sample ends there).
+After preemption, add the prompt alone: the table already holds the positions of what was generated.
+The vLLM integration, which serves ``index + delta`` past the prompt, refuses the family
+(:attr:`GlmImage.decode_follows_index`); SGLang serves it with its own code.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
-from ..core import FEW_BLOCKS, Blocks, block_rows, build_segments, place, render_all, render_one_row
+from ..core import Blocks, place
 from ..core.place import LARGEST_POSITION
 from ._base import Family
 from ._grids import check_grids
@@ -51,13 +55,6 @@ class GlmImage(Family):
     image_token_id: int
     image_start_token_id: int
     image_end_token_id: int
-
-    def segment_rows_error(self, what: str) -> MRopeError:
-        return MRopeError(
-            f"{self.model_type}: the tokens generated after the prompt do not take index + delta (its "
-            "images still to be generated take the positions of generation_positions(), transformers' "
-            f"_cached_decode_position_ids): {what} serves index + delta"
-        )
 
     def no_offsets_message(self) -> str:
         return f"{self.model_type} finds its images between their markers in input_ids: it takes no offsets"
@@ -167,9 +164,28 @@ class GlmImage(Family):
         return positions, np.zeros_like(delta)
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
-        """One prompt's positions, delta 0 (:meth:`segments` refused it: :meth:`segment_rows_error`)."""
-        positions, _ = super().prompt(inputs, segments=False)
-        return positions, 0
+        """One prompt's positions, delta 0; with ``segments``, the table of the prompt and of the tokens
+        it generates (:meth:`generated_images`), then ``index + delta`` past them."""
+        if not segments:
+            positions, _ = super().prompt(inputs, segments=False)
+            return positions, 0
+        blocks, _, complete = self.complete_images(inputs)
+        length = inputs.length
+        if len(inputs.images):
+            made, count = self.generated_images(inputs, int(complete[0]))
+            made.start += length
+            blocks, length = Blocks.concat([blocks, made]), length + count
+        return self.one_stream(blocks, length, segments=True, layout=layout)
+
+    def generated_images(self, inputs: RequestInputs, complete: int) -> tuple[Blocks, int]:
+        """The images one prompt's sample still generates, past its ``complete`` images: (1, h, w) blocks
+        from index 0, the last grid first, and the tokens generated, the end marker's (one more) included."""
+        todo = inputs.images[complete:][::-1]
+        count = sum(h * w for h, w in todo[:, 1:].tolist()) + 1  # (Python ints: never wraps)
+        tokens = todo[:, 1] * todo[:, 2]
+        ones = np.ones(tokens.shape, dtype=np.int64)
+        start = np.cumsum(tokens) - tokens
+        return Blocks(start, ones, todo[:, 1], todo[:, 2], ones.astype(np.float32), tokens), count
 
     def generation_positions(
         self, input_ids: ArrayLike, *, image_grid_thw: ArrayLike | None = None
@@ -188,7 +204,8 @@ class GlmImage(Family):
         numpy.ndarray, shape (3, n), int64: the images to generate, the last grid first, each a
         (1, h, w) block (t, h, w rows) at a running position from the prompt's next one, ``+ max(h, w)``
         after each, then one position for the end marker: ``n = sum(h * w) + 1``. No grids: ``(3, 0)``
-        (transformers caches nothing; tokens past the prompt take their index).
+        (transformers caches nothing; tokens past the prompt take their index). The serving table
+        gives the same positions to the tokens past the prompt (:meth:`segments`).
 
         Raises
         ------
@@ -201,20 +218,11 @@ class GlmImage(Family):
             return np.zeros((3, 0), dtype=np.int64)
         blocks, _, complete = self.complete_images(inputs)
         following = len(inputs.ids) + int(place(blocks, *inputs.rows(), self.compat).delta[0])
-        todo = inputs.images[int(complete[0]) :][::-1]
-        length = sum(h * w for h, w in todo[:, 1:].tolist()) + 1  # (Python ints: never wraps)
+        made, length = self.generated_images(inputs, int(complete[0]))
         if following + length > LARGEST_POSITION:
             raise MRopeError(
                 f"the {length:,} tokens to generate after position {following:,} (image_grid_thw past the "
                 f"prompt's complete images) reach past the largest position, {LARGEST_POSITION:,}"
             )
-        tokens = todo[:, 1] * todo[:, 2]
-        ones = np.ones(tokens.shape, dtype=np.int64)
-        start = np.cumsum(tokens) - tokens
-        made = Blocks(start, ones, todo[:, 1], todo[:, 2], ones.astype(np.float32), tokens)
-        if made.start.size <= FEW_BLOCKS:
-            positions, _ = render_one_row(block_rows(made), length, self.compat)
-        else:
-            one_row = (np.zeros(1, dtype=np.int64), np.array([length], dtype=np.int64))
-            positions = render_all(build_segments(place(made, *one_row, self.compat), length))
+        positions, _ = self.one_stream(made, length, segments=False, layout=False)
         return positions + following

@@ -65,6 +65,11 @@ def unsupported_reason(family: Family) -> str | None:
     rows = family.segment_rows_error("mrope's vLLM integration")
     if rows is not None:
         return str(rows)
+    if not family.decode_follows_index:  # GLM-Image: vLLM takes mrope_position_delta past the prompt
+        return (
+            f"{family.model_type}: the tokens generated after the prompt do not take index + delta (they "
+            "take family.generation_positions()): mrope's vLLM integration serves index + delta"
+        )
     if family.extra_inputs and not getattr(family, "vllm_rule", False):  # Omni, transformers' rule
         return (
             f"{family.model_type} computes transformers' Omni rule (compat={family.compat!r}, "
