@@ -12,8 +12,9 @@ Deltas are 0: a token past the prompt does not take ``index + delta``. The token
 prompt take :meth:`GlmImage.generation_positions` (transformers caches them at prefill as
 ``_cached_decode_position_ids``): the images still to be generated, from the last grid backwards, each
 a block at a running position (``+ max(h, w)`` after each), then one position for the end marker. So
-the serving :class:`~mrope.PositionTable`, the engine integrations and mrope's transformers patch, which
-serve ``index + delta``, refuse the family (:attr:`GlmImage.decode_follows_index`).
+the serving :class:`~mrope.PositionTable` and the engine integrations, which serve ``index + delta``,
+refuse the family (:attr:`GlmImage.decode_follows_index`); mrope's transformers patch serves it, setting
+the model's decode cache at prefill from :meth:`GlmImage.batch_generation_positions`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._backends import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, Blocks, block_rows, build_segments, place, render_all, render_one_row
 from ..core.place import LARGEST_POSITION
@@ -218,3 +219,50 @@ class GlmImage(Family):
             one_row = (np.zeros(1, dtype=np.int64), np.array([length], dtype=np.int64))
             positions = render_all(build_segments(place(made, *one_row, self.compat), length))
         return positions + following
+
+    def batch_generation_positions(
+        self,
+        input_ids: ArrayLike,
+        *,
+        image_grid_thw: ArrayLike | None = None,
+        images_per_sample: ArrayLike | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> list[np.ndarray]:
+        """Each row's :meth:`generation_positions` in a padded batch, read as transformers'
+        ``get_rope_index`` reads it: a row's real tokens are those where ``attention_mask == 1``, its grids
+        the next ``images_per_sample`` of ``image_grid_thw``; a row without grids gives ``(3, 0)``.
+
+        Parameters
+        ----------
+        input_ids : (B, L), integer; attention_mask : (B, L), optional (0 marks padding, anywhere)
+        image_grid_thw, images_per_sample : as :func:`mrope.get_rope_index` takes them
+
+        Returns
+        -------
+        list of B numpy.ndarray, each (3, n_r) int64, unpadded.
+        """
+        ids = to_int_array(input_ids, name="input_ids", ndim=2)
+        rows, length = ids.shape
+        starts = np.arange(rows, dtype=np.int64) * length
+        inputs = self.request_inputs(
+            ids.reshape(-1),
+            image_grid_thw,
+            images_per_sample=images_per_sample,
+            row_starts=starts,
+            row_lengths=np.full(rows, length, dtype=np.int64),
+        )
+        real = None
+        if attention_mask is not None:
+            mask = to_numpy(attention_mask, name="attention_mask")
+            if mask.shape != ids.shape:
+                raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {ids.shape}")
+            real = mask == 1
+        counts = inputs.images_per_row
+        first = np.cumsum(counts) - counts
+        return [
+            self.generation_positions(
+                ids[r] if real is None else ids[r][real[r]],
+                image_grid_thw=inputs.images[first[r] : first[r] + counts[r]],
+            )
+            for r in range(rows)
+        ]
