@@ -220,7 +220,7 @@ class GlmImage(Family):
             positions = render_all(build_segments(place(made, *one_row, self.compat), length))
         return positions + following
 
-    def batch_generation_positions(
+    def batch_generation_positions(  # type: ignore[override]
         self,
         input_ids: ArrayLike,
         *,
