@@ -3,8 +3,6 @@ its config) on prompts in its processor's layout: positions, deltas and the deco
 prefill (``generation_positions``); batches with ``images_per_sample`` and masks; edges; errors; and the
 refusals where mrope serves ``index + delta``."""
 
-import types
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -106,10 +104,18 @@ def test_padded_batches_with_images_per_sample_match_transformers(glm_image, dat
     assert not as_numpy(positions)[:, ~real].any()
     np.testing.assert_array_equal(as_numpy(deltas), as_numpy(expected_deltas), strict=True)
     first = np.cumsum(counts) - counts
+    batch_made = family.batch_generation_positions(
+        torch.tensor(ids),
+        image_grid_thw=torch.tensor(grids),
+        images_per_sample=torch.tensor(counts),
+        attention_mask=torch.tensor(mask),
+    )
+    assert len(batch_made) == len(rows)
     for r, (row, _) in enumerate(rows):
         row_grids = grids[first[r] : first[r] + counts[r]]
         made = family.generation_positions(row, image_grid_thw=row_grids)
         np.testing.assert_array_equal(made, as_numpy(cache)[r, :, : made.shape[1]], strict=True)
+        np.testing.assert_array_equal(batch_made[r], made, strict=True)
         alone, _ = family.positions(row, image_grid_thw=row_grids)
         np.testing.assert_array_equal(alone, as_numpy(positions)[:, r, real[r]])
 
@@ -160,7 +166,7 @@ def test_a_batch_row_without_grids_and_a_hole_in_the_mask(glm_image):
     mask = [[1, 1, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]]  # a hole: the real tokens laid end to end
     ids = [one[:2] + [0] + one[2:-1], two]
     grids, counts = [[1, 1, 2], [1, 2, 2], [1, 1, 1], [1, 3, 3]], [2, 2]
-    expected, _, _ = transformers_glm_image_rope_index(
+    expected, _, cache = transformers_glm_image_rope_index(
         config,
         torch.tensor(ids),
         image_grid_thw=torch.tensor(grids),
@@ -172,6 +178,14 @@ def test_a_batch_row_without_grids_and_a_hole_in_the_mask(glm_image):
     )
     real = np.array(mask, dtype=bool)
     np.testing.assert_array_equal(positions[:, real], as_numpy(expected)[:, real])
+    made = family.batch_generation_positions(
+        np.array(ids), image_grid_thw=grids, images_per_sample=counts, attention_mask=np.array(mask)
+    )
+    for r in range(2):  # (the first row's cache is the shorter: padded by repeating its last column)
+        np.testing.assert_array_equal(made[r], as_numpy(cache)[r, :, : made[r].shape[1]], strict=True)
+        assert (as_numpy(cache)[r, :, made[r].shape[1] :] == made[r][:, -1:]).all()
+    text_only = family.batch_generation_positions(np.array([two, two]), images_per_sample=[0, 0])
+    assert [m.shape for m in text_only] == [(3, 0), (3, 0)]
     no_grids, _ = mrope.get_rope_index(family, np.array([two, two]), images_per_sample=[0, 0])
     assert no_grids[:, 1].tolist() == [list(range(6))] * 3
 
@@ -213,6 +227,14 @@ def test_bad_inputs_name_what_is_wrong(glm_image):
     qwen = mrope.from_config(transformers_config("qwen2_vl"))
     with pytest.raises(MRopeError, match=r"qwen2_vl takes no images_per_sample \(only GLM-Image does\)"):
         mrope.get_rope_index(qwen, np.array([[1, 2]]), images_per_sample=[0])
+    with pytest.raises(MRopeError, match=r"qwen2_vl: a token past the prompt takes index \+ delta"):
+        qwen.batch_generation_positions(np.array([[1, 2]]))
+    with pytest.raises(MRopeError, match=r"attention_mask has shape \(1, 3\), input_ids has \(2, 7\)"):
+        family.batch_generation_positions(
+            ids, image_grid_thw=[[1, 2, 2]] * 4, images_per_sample=[2, 2], attention_mask=[[1, 1, 1]]
+        )
+    with pytest.raises(MRopeError, match="a batch of 2 rows with image_grid_thw needs images_per_sample"):
+        family.batch_generation_positions(ids, image_grid_thw=[[1, 2, 2]] * 4)
 
 
 def test_config_reading_names_missing_fields():
@@ -278,19 +300,10 @@ def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformer
 
 
 def test_what_serves_index_plus_delta_past_the_prompt_refuses_it(glm_image):
-    from transformers.models.glm_image.modeling_glm_image import GlmImageModel
-
     from mrope.integrations import sglang as mrope_sglang
     from mrope.integrations._vllm_inputs import unsupported_reason
-    from mrope.integrations.transformers import patch
 
-    config, family = glm_image
+    _, family = glm_image
     assert "mrope's vLLM integration serves index + delta" in unsupported_reason(family)
     assert "glm_image" not in mrope_sglang.STEP_MODEL_TYPES + mrope_sglang.PROMPT_MODEL_TYPES
-    # transformers' forward reads the decode cache its own get_rope_index sets: the patch refuses
-    stub = types.SimpleNamespace(config=config, rope_deltas=None)
-    model = type("GlmImageModel", (), {"get_rope_index": GlmImageModel.get_rope_index})()
-    vars(model).update(vars(stub))
-    with pytest.raises(MRopeError, match=r"GlmImageModel cannot be patched: .*_cached_decode_position_ids"):
-        patch(model)
-    assert "get_rope_index" not in vars(model)
+    # (the transformers patch serves it, setting the decode cache: tests/integrations/test_transformers.py)

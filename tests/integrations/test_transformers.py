@@ -358,14 +358,124 @@ def test_patch_refuses_what_is_not_a_supported_vlm() -> None:
     ):
         mt.patch(unknown)
     assert "get_rope_index" not in vars(unknown)
-    # GLM-Image's forward reads the decode positions its own get_rope_index caches (tests/families)
-    glm_image = UnknownVLM("glm_image")
-    with pytest.raises(mrope.MRopeError, match=r"cannot be patched: glm_image's forward .* _cached_decode"):
-        mt.patch(glm_image)
-    assert "get_rope_index" not in vars(glm_image)
     with pytest.raises(mrope.MRopeError, match="compat must be None, 'vllm' or 'transformers'"):
         mt.patch(tiny_model("qwen2_vl"), compat="sglang")
     assert not mt.is_patched(tiny_model("qwen2_vl"))
+
+
+# -- patch: GLM-Image, whose generated tokens take the decode positions cached at prefill --------------
+# rows of (prompt parts, target grids (H, W)): text-to-image (two targets, the last, the small preview,
+# generated first), image-to-image (a source image through the vision tower and the quantiser, one target),
+# and a left-padded batch of two text-to-image rows of different lengths and grids; new tokens: into the
+# second image of text-to-image (3 * 2 + 1 cached, then 3 * 4 + 1), and image-to-image's one image and
+# end marker (transformers' cache ends there: a further token has no position)
+GLM_SCENARIOS = {
+    "text-to-image": ([([[5, 6, 7, 8]], [(3, 4), (2, 3)])], 12),
+    "image-to-image": ([([[5], Image(2, 3), [7, 8]], [(3, 2)])], 8),
+    "padded batch": ([([[5, 6, 7, 8, 9]], [(3, 4), (2, 3)]), ([[5, 6]], [(2, 2), (3, 1)])], 12),
+}
+DECODE_CACHE = ("_cached_decode_position_ids", "_prefill_len")
+
+
+def decode_cache(model: Any) -> tuple[Any, Any]:
+    """GLM-Image's decode cache, what its ``get_rope_index`` sets at prefill; cleared, so that the next
+    prefill must set it again."""
+    cache = tuple(getattr(model.model, name) for name in DECODE_CACHE)
+    for name in DECODE_CACHE:
+        setattr(model.model, name, None)
+    return cache
+
+
+def assert_same_cache(expected: tuple[Any, Any], got: tuple[Any, Any], what: str) -> None:
+    assert got[1] == expected[1], f"{what}: _prefill_len {got[1]} != {expected[1]}"
+    if expected[0] is None:
+        assert got[0] is None, what
+    else:
+        assert got[0].dtype == expected[0].dtype and got[0].device == expected[0].device, what
+        assert torch.equal(got[0], expected[0]), f"{what}: {got[0].tolist()} != {expected[0].tolist()}"
+
+
+@pytest.mark.parametrize("scenario", list(GLM_SCENARIOS))
+def test_glm_image_generate_gives_transformers_tokens(scenario: str, monkeypatch) -> None:
+    """The patched prefill caches transformers' decode positions, so ``generate`` gives its tokens and
+    scores (its own ``get_rope_index`` raising if called), and again after ``unpatch``."""
+    model = tiny_vlms.tiny_glm_image()
+    rows, new_tokens = GLM_SCENARIOS[scenario]
+    inputs = tiny_vlms.glm_image_inputs(rows)
+    expected = greedy(model, inputs, new_tokens)
+    expected_cache = decode_cache(model)
+    assert expected_cache[0] is not None
+    with patched(model), without_transformers_positions(model, monkeypatch):
+        assert mt.is_patched(model) and vars(model.model)["get_rope_index"].owner() is model.model
+        assert_same_generation(expected, greedy(model, inputs, new_tokens), f"glm_image {scenario}, patched")
+        assert_same_cache(expected_cache, decode_cache(model), f"glm_image {scenario}, patched")
+    assert not mt.is_patched(model)
+    after = greedy(model, inputs, new_tokens)
+    assert_same_generation(expected, after, f"glm_image {scenario}, after unpatch")
+
+
+def test_glm_image_wrong_decode_positions_change_the_tokens() -> None:
+    """The negative control: the images generated in the grids' order (the first grid first) change the
+    tokens, and decode positions shifted by one the scores, so the equalities above are not vacuous."""
+    model = tiny_vlms.tiny_glm_image()
+    rows, new_tokens = GLM_SCENARIOS["text-to-image"]
+    inputs = tiny_vlms.glm_image_inputs(rows)
+    expected = greedy(model, inputs, new_tokens)
+    with patched(model):
+        right = model.model.get_rope_index
+
+        def first_grid_first(*args: Any, image_grid_thw: Any, **kwargs: Any) -> tuple[Any, Any]:
+            return right(*args, image_grid_thw=image_grid_thw.flip(0), **kwargs)
+
+        def shifted(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            result = right(*args, **kwargs)
+            model.model._cached_decode_position_ids += 1
+            return result
+
+        try:
+            model.model.get_rope_index = first_grid_first
+            assert not torch.equal(greedy(model, inputs, new_tokens)[0], expected[0])
+            model.model.get_rope_index = shifted
+            assert not torch.equal(greedy(model, inputs, new_tokens)[1], expected[1])
+        finally:
+            model.model.get_rope_index = right
+        assert_same_generation(expected, greedy(model, inputs, new_tokens), "glm_image, patch restored")
+
+
+def test_glm_image_patched_method_caches_as_transformers() -> None:
+    """The patched method called as transformers' own (positionally, its order): the same positions at
+    real tokens, deltas and decode cache, for a batch right-padded with a hole in a row's mask and for
+    rows without grids; a batch mixing rows with and without grids, where transformers' cache holds
+    fewer rows than the batch, raises."""
+    model = tiny_vlms.tiny_glm_image()
+    transformers_method = type(model.model).get_rope_index
+    config = model.config
+    start, end, image = config.image_start_token_id, config.image_end_token_id, config.image_token_id
+    with_image = torch.tensor([[5, start, image, 0, image, end, 7, start], [5, 6, 7, start, 0, 0, 0, 0]])
+    text = torch.tensor([[5, 6, 7, start], [0, 0, 8, start]])
+    grids, counts = torch.tensor([[1, 1, 2], [1, 2, 3], [1, 3, 1], [1, 1, 2]]), torch.tensor([2, 2])
+    for ids, grid_args, what in ((with_image, (grids, counts), "grids"), (text, (None, None), "no grids")):
+        mask = (ids != 0).long()
+        expected = transformers_method(model.model, ids, *grid_args, mask)
+        expected_cache = decode_cache(model)
+        with patched(model):
+            positions, deltas = model.model.get_rope_index(ids, *grid_args, mask)
+            cache = decode_cache(model)
+        real = mask.bool()
+        assert torch.equal(positions[:, real], expected[0][:, real]), what
+        assert torch.equal(deltas, expected[1]), what
+        assert_same_cache(expected_cache, cache, what)
+    ids = torch.stack([with_image[0], torch.tensor([5, 6, 7, 8, 9, 10, 11, start])])
+    mask = (ids != 0).long()
+    mixed = (grids[:2], torch.tensor([2, 0]))
+    transformers_method(model.model, ids, *mixed, mask)
+    assert decode_cache(model)[0].shape[0] == 1  # transformers' cache: one row for a batch of two
+    with patched(model):
+        with pytest.raises(
+            mrope.MRopeError, match=r"rows \[1\] of the batch have no image grids .* ill-defined"
+        ):
+            model.model.get_rope_index(ids, *mixed, mask)
+        assert decode_cache(model) == (None, None)  # nothing set
 
 
 # -- the data-pipeline call -----------------------------------------------------------------------------

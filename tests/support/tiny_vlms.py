@@ -4,6 +4,7 @@ A model is built from its default config shrunk to one layer, hidden size 32, a 
 and a 256-token vocabulary; its special token ids are moved to 232..255 (so that nothing can find them
 but by reading the config). Prompts are laid out as each family's processor lays them out, with the
 processor's other outputs (``mm_token_type_ids``, seconds per grid, pixel tensors of the right size).
+GLM-Image, which generates images, is built apart (:func:`tiny_glm_image`, :func:`glm_image_inputs`).
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def _text_config(default: dict[str, Any]) -> dict[str, Any]:
         "indexer_head_dim": HEAD_DIM,
         "indexer_budget": 64,
         "indexer_compress_ratio": 4,
+        "vision_vocab_size": VOCAB,  # GLM-Image: its lm_head's size (the tokens it generates)
     }
     text.update({k: v for k, v in small.items() if k in default})
     if "moe_intermediate_size" in default:
@@ -220,6 +222,26 @@ def tiny_model(model_type: str) -> Any:
     callers must leave it unpatched)."""
     torch.manual_seed(0)
     model = model_class(model_type)(tiny_config(model_type)).eval()
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None
+    model.generation_config.bos_token_id = None
+    return model
+
+
+# GLM-Image (not among MODELS: it generates images, from a text prompt or a source image, so the shared
+# prompts and scenarios do not apply): its vector quantiser shrunk, the codebook ids (a source image's
+# tokens, embedded by the text model) below the special ids, the latent channels the vision tower's width
+GLM_IMAGE_VQ = {"embed_dim": 16, "num_embeddings": 128, "latent_channels": 32}
+
+
+@functools.cache
+def tiny_glm_image() -> Any:
+    """A tiny ``GlmImageForConditionalGeneration`` in eval mode, vision tower and quantiser shrunk too
+    (built once per session: callers must leave it unpatched)."""
+    from transformers.models.glm_image.modeling_glm_image import GlmImageForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = GlmImageForConditionalGeneration(tiny_config("glm_image", vq_config=dict(GLM_IMAGE_VQ))).eval()
     model.generation_config.pad_token_id = 0
     model.generation_config.eos_token_id = None
     model.generation_config.bos_token_id = None
@@ -412,3 +434,38 @@ def processor_output(
 @functools.cache
 def tiny_config_of(model_type: str) -> Any:
     return tiny_model(model_type).config
+
+
+def glm_image_inputs(rows: list[tuple[list[Any], list[tuple[int, int]]]]) -> dict:
+    """GLM-Image's processor output for a left-padded batch: each row is its prompt parts (text id lists,
+    source :class:`Image` s of H x W tokens) and its target grids (H, W) (text-to-image: two, the last
+    generated first; image-to-image: one). The prompt ends with ``image_start``, the generation's start;
+    pixel values come with source images (transformers takes each row's grids but its last as sources)."""
+    config = tiny_glm_image().config
+    start, end, image = config.image_start_token_id, config.image_end_token_id, config.image_token_id
+    prompts, grids, counts, sources = [], [], [], []
+    for parts, targets in rows:
+        ids: list[int] = []
+        for part in parts:
+            if isinstance(part, Image):
+                ids += [start] + [image] * (part.height * part.width) + [end]
+                sources.append([1, part.height, part.width])
+                grids.append(sources[-1])
+            else:
+                ids += list(part)
+        grids += [[1, h, w] for h, w in targets]
+        counts.append(sum(isinstance(p, Image) for p in parts) + len(targets))
+        prompts.append(ids + [start])
+    width = max(map(len, prompts))
+    input_ids = torch.tensor([[0] * (width - len(ids)) + ids for ids in prompts])
+    out = {
+        "input_ids": input_ids,
+        "attention_mask": (
+            torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts])[:, None]
+        ).long(),
+        "image_grid_thw": torch.tensor(grids),
+        "images_per_sample": torch.tensor(counts),
+    }
+    if sources:
+        out["pixel_values"] = _pixels(config, sources)
+    return out

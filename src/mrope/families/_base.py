@@ -127,7 +127,8 @@ class Family:
     num_dims: ClassVar[int] = 3
     #: whether a token at sequence index ``i >= L`` (past the prompt) has position ``i + delta``, which the
     #: engine integrations serve (False: GLM-Image, whose generated image tokens take positions that
-    #: transformers caches at prefill and :meth:`segments` covers, :mod:`mrope.families.glm_image`)
+    #: transformers caches at prefill, :mod:`mrope.families.glm_image`: :meth:`segments` covers them, and
+    #: :meth:`batch_generation_positions` gives them, which the transformers patch caches on the model)
     decode_follows_index: ClassVar[bool] = True
     #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
     #: config without it names the field)
@@ -212,6 +213,14 @@ class Family:
         """Why ``what`` (the serving table, an engine integration, the rotary embedding), which takes
         the segment model's rows (t, h, w) only, cannot take this family's positions; None: it can."""
         return None
+
+    def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
+        """Each row's positions (3, n) of the tokens generated after a padded batch's prompts, for a
+        family whose generated tokens do not take ``index + delta`` (:attr:`decode_follows_index`)."""
+        raise MRopeError(
+            f"{self.model_type}: a token past the prompt takes index + delta (decode_follows_index): there "
+            "are no generation positions to cache"
+        )
 
     def audio_run_ids(self) -> tuple[int, ...]:
         """The token ids that, outside every vision block, are audio (positioned as audio runs); none for

@@ -17,7 +17,9 @@ serving :class:`~mrope.PositionTable`) covers the prompt and the ``n`` tokens it
 those ``index + delta`` (where transformers repeats the end marker's position: a sample ends there).
 After preemption, add the prompt alone: the table already holds the positions of what was generated.
 The vLLM integration, which serves ``index + delta`` past the prompt, refuses the family
-(:attr:`GlmImage.decode_follows_index`); SGLang serves it with its own code.
+(:attr:`GlmImage.decode_follows_index`); SGLang serves it with its own code. mrope's transformers
+patch serves it, setting the model's decode cache at prefill from
+:meth:`GlmImage.batch_generation_positions`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._backends import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core import Blocks, place
 from ..core.place import LARGEST_POSITION
@@ -226,3 +228,50 @@ class GlmImage(Family):
             )
         positions, _ = self.one_stream(made, length, segments=False, layout=False)
         return positions + following
+
+    def batch_generation_positions(  # type: ignore[override]
+        self,
+        input_ids: ArrayLike,
+        *,
+        image_grid_thw: ArrayLike | None = None,
+        images_per_sample: ArrayLike | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> list[np.ndarray]:
+        """Each row's :meth:`generation_positions` in a padded batch, read as transformers'
+        ``get_rope_index`` reads it: a row's real tokens are those where ``attention_mask == 1``, its grids
+        the next ``images_per_sample`` of ``image_grid_thw``; a row without grids gives ``(3, 0)``.
+
+        Parameters
+        ----------
+        input_ids : (B, L), integer; attention_mask : (B, L), optional (0 marks padding, anywhere)
+        image_grid_thw, images_per_sample : as :func:`mrope.get_rope_index` takes them
+
+        Returns
+        -------
+        list of B numpy.ndarray, each (3, n_r) int64, unpadded.
+        """
+        ids = to_int_array(input_ids, name="input_ids", ndim=2)
+        rows, length = ids.shape
+        starts = np.arange(rows, dtype=np.int64) * length
+        inputs = self.request_inputs(
+            ids.reshape(-1),
+            image_grid_thw,
+            images_per_sample=images_per_sample,
+            row_starts=starts,
+            row_lengths=np.full(rows, length, dtype=np.int64),
+        )
+        real = None
+        if attention_mask is not None:
+            mask = to_numpy(attention_mask, name="attention_mask")
+            if mask.shape != ids.shape:
+                raise MRopeError(f"attention_mask has shape {tuple(mask.shape)}, input_ids has {ids.shape}")
+            real = mask == 1
+        counts = inputs.images_per_row
+        first = np.cumsum(counts) - counts
+        return [
+            self.generation_positions(
+                ids[r] if real is None else ids[r][real[r]],
+                image_grid_thw=inputs.images[first[r] : first[r] + counts[r]],
+            )
+            for r in range(rows)
+        ]

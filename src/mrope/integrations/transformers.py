@@ -9,6 +9,10 @@ the model object (not its class): it takes the same arguments, returns positions
 the device of ``input_ids`` and the same ``rope_deltas``, so transformers' loop around it is unchanged.
 The token ids, merge sizes and time scales are read from the model's config once, at :func:`patch`;
 the token types are read from the ids (``mm_token_type_ids`` is accepted and not needed).
+GLM-Image's generated tokens do not take ``index + delta`` (``family.decode_follows_index`` is False):
+its forward positions them from two attributes its own ``get_rope_index`` sets at prefill, which the
+patched method sets too, ``_cached_decode_position_ids`` (from ``family.batch_generation_positions``)
+and ``_prefill_len``.
 :func:`unpatch` restores transformers' own method. (transformers' two paths differ, patched or not,
 where a video's T exceeds max(H', W') under its convention: ``index + rope_deltas`` continues from the
 largest position, ``generate()`` from the last one.)
@@ -34,13 +38,14 @@ import functools
 import importlib.metadata
 import inspect
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
-from .._backends import to_numpy
+from .._backends import like_input, to_numpy
 from ..core import COMPATS, Compat
 from ..families import Family, family_for
 
@@ -80,12 +85,15 @@ def _resolve_compat(compat: str | None) -> Compat:
 
 
 class MRopeRopeIndex:
-    """The ``get_rope_index`` that :func:`patch` puts on a model object: transformers' signature
-    (positional names taken from the model class's own method), mrope's positions."""
+    """The ``get_rope_index`` that :func:`patch` puts on a model object (its owner): transformers'
+    signature (positional names taken from the model class's own method), mrope's positions; for a
+    family whose decode does not follow the index, the owner's decode cache set as transformers sets it."""
 
-    def __init__(self, family: Any, original: Any) -> None:
+    def __init__(self, family: Any, original: Any, owner: Any) -> None:
         self.family = family
         self.compat = family.compat
+        # weak: the owner holds this object, which would otherwise keep it alive in a reference cycle
+        self.owner = weakref.ref(owner)
         parameters = list(inspect.signature(original).parameters.values())[1:]  # without self
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         self.positional_names = tuple(p.name for p in parameters if p.kind in positional)
@@ -93,6 +101,7 @@ class MRopeRopeIndex:
         # read only what transformers' method reads: a family that does not scale time gets no seconds
         self.seconds_name = next((n for n in _SECONDS_NAMES if n in names), None)
         self.takes_audio = all(n in names for n in _AUDIO_NAMES)
+        self.takes_images_per_sample = "images_per_sample" in family.extra_inputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if args:
@@ -113,6 +122,8 @@ class MRopeRopeIndex:
         if self.takes_audio:
             inputs["audio_seqlens"] = kwargs.get("audio_seqlens")
             inputs["use_audio_in_video"] = bool(kwargs.get("use_audio_in_video"))
+        if self.takes_images_per_sample:
+            inputs["images_per_sample"] = kwargs.get("images_per_sample")
         positions, deltas = get_rope_index(
             self.family,
             input_ids,
@@ -121,7 +132,39 @@ class MRopeRopeIndex:
             attention_mask=kwargs.get("attention_mask"),
             **inputs,
         )
+        if not self.family.decode_follows_index:
+            self.cache_decode_positions(
+                input_ids, kwargs.get("image_grid_thw"), kwargs.get("attention_mask"), inputs
+            )
         return _in_dtype_of(positions, input_ids), deltas
+
+    def cache_decode_positions(
+        self, input_ids: Any, image_grid_thw: Any, attention_mask: Any, inputs: dict[str, Any]
+    ) -> None:
+        """Set on the owner what transformers' own method sets at prefill for a family whose decode does
+        not follow the index: ``_cached_decode_position_ids`` ((B, 3, n) long, each row's generation
+        positions padded by repeating its last column; None when no row has grids) and ``_prefill_len``."""
+        owner = self.owner()
+        if owner is None:
+            raise MRopeError("the model this get_rope_index was patched onto no longer exists")
+        rows = self.family.batch_generation_positions(
+            input_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask, **inputs
+        )
+        lengths = [row.shape[1] for row in rows]
+        cache = None
+        if any(lengths):
+            without = [r for r, n in enumerate(lengths) if not n]
+            if without:
+                raise MRopeError(
+                    f"{self.family.model_type}: rows {without} of the batch have no image grids and the "
+                    "others do: transformers' decode cache then holds fewer rows than the batch (the "
+                    "positions of its generated tokens are ill-defined); generate those rows apart"
+                )
+            width = max(lengths)
+            padded = np.stack([np.pad(row, ((0, 0), (0, width - row.shape[1])), mode="edge") for row in rows])
+            cache = like_input(padded.astype(np.int64, copy=False), input_ids)
+        owner._cached_decode_position_ids = cache
+        owner._prefill_len = input_ids.shape[1]
 
 
 def _owners(model: Any) -> list[Any]:
@@ -186,15 +229,8 @@ def patch(model: Any, *, compat: Compat | None = None) -> Any:
             family = from_config(owners[-1].config, compat=compat)
         except MRopeError as err:
             raise MRopeError(f"{type(model).__name__} cannot be patched: {err}") from None
-        if not family.decode_follows_index:
-            raise MRopeError(
-                f"{type(model).__name__} cannot be patched: {family.model_type}'s forward positions the "
-                "tokens it generates from _cached_decode_position_ids, which only transformers' own "
-                "get_rope_index sets (at prefill); mrope gives them as family.generation_positions() but "
-                "does not set the model's cache"
-            )
     missing = [owner for owner in owners if _patched(owner) is None]
-    replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index)) for owner in missing]
+    replacements = [(owner, MRopeRopeIndex(family, type(owner).get_rope_index, owner)) for owner in missing]
     for owner, replacement in replacements:
         owner.get_rope_index = replacement
         if hasattr(owner, "rope_deltas"):
