@@ -37,6 +37,7 @@ from ..core import (
 )
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
+from ..core.rows import PLAIN_ROWS, SegmentRows
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
 from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
@@ -209,9 +210,16 @@ class Family:
         return {**self.default_markers, **given, **self.settings}
 
     def segment_rows_error(self, what: str) -> MRopeError | None:
-        """Why ``what`` (the serving table, an engine integration, the rotary embedding), which takes
-        the segment model's rows (t, h, w) only, cannot take this family's positions; None: it can."""
+        """Why ``what`` (an engine integration, the rotary embedding), which takes the segment model's
+        rows (t, h, w) only, cannot take this family's positions; None: it can."""
         return None
+
+    # -- the family's rows from the segment model's ------------------------------------------------
+    @property
+    def segment_rows(self) -> SegmentRows:
+        """How the family's rows follow from the rendered rows (t, h, w) of its segments: as they are
+        for every family but HunYuan-VL (:class:`mrope.core.SegmentRows`; the serving table applies it)."""
+        return PLAIN_ROWS
 
     def audio_run_ids(self) -> tuple[int, ...]:
         """The token ids that, outside every vision block, are audio (positioned as audio runs); none for
@@ -359,8 +367,14 @@ class Family:
         The arguments are those of :meth:`positions`. Omni tables carry an ``origin`` row and, for
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
         of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
-        are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool)."""
-        refused = self.segment_rows_error("Family.segments (and the serving PositionTable)")
+        are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool).
+        The table renders the rows (t, h, w); the family's rows follow from them by :attr:`segment_rows`
+        (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's."""
+        # a family of other rows states them (segment_rows), which the serving table applies: only a
+        # family of the plain rows (t, h, w) that the segments cannot serve is refused here
+        refused = None
+        if self.segment_rows.plain:
+            refused = self.segment_rows_error("Family.segments (and the serving PositionTable)")
         if refused is not None:
             raise refused
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
