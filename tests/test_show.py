@@ -64,6 +64,18 @@ def test_example_pictures(example: Path, tmp_path: Path, matplotlib_image) -> No
     check_picture(out, matplotlib_image)
 
 
+def test_a_family_of_four_rows_draws_a_strip_per_row(tmp_path: Path, matplotlib_image) -> None:
+    """HunYuan-VL's rows (index, w, h, t): one strip each, the picture taller than three rows'."""
+    family = mrope.from_config(setup_config(FAMILY_SETUPS["hunyuan_vl"]))
+    assert family.segment_rows.names == ("index", "w", "h", "t")
+    prompt = build_prompt(family, [[5, 6], Image(2, 3), [7]])
+    one = show(family, prompt.input_ids, **prompt.kwargs(), path=tmp_path / "one.png", compare=True)
+    three = mrope.from_config(setup_config(FAMILY_SETUPS["hunyuan_vl-3rows"]))
+    other = show(three, prompt.input_ids, **prompt.kwargs(), path=tmp_path / "three.png", compare=True)
+    taller, shorter = check_picture(one, matplotlib_image), check_picture(other, matplotlib_image)
+    assert taller.shape[0] > shorter.shape[0]
+
+
 def test_compare_highlights_differences(tmp_path: Path, matplotlib_image) -> None:
     """compare=True adds the difference strip, and where the conventions differ the tokens are shaded
     (reddish pixels) and marked."""

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_TOKENS", "show"]
 
-ROWS = ("t", "h", "w")
+ROWS = ("t", "h", "w")  # the rows of every family but HunYuan-VL (its own: Family.segment_rows.names)
 #: fill colors of the runs in the band: text, image, video, audio
 KIND_COLORS = {"text": "#d9d9d9", "image": "#4c8bd6", "video": "#f0a030", "audio": "#55a868"}
 LINE_COLORS = {"vllm": "#1f4e9a", "transformers": "#d1495b"}
@@ -292,10 +292,11 @@ def _draw(
     title: str | None,
 ) -> Any:
     compare = len(drawn) > 1
-    heights = [1.1, 2.2, 2.2, 2.2] + ([1.4] if compare else [])
+    names = family.segment_rows.names  # one strip per row of the family's positions
+    heights = [1.1] + [2.2] * len(names) + ([1.4] if compare else [])
     figure = figure_class(figsize=(14, sum(heights) + 1.2), layout="constrained")
     axes = figure.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights})
-    band, strips = axes[0], axes[1:4]
+    band, strips = axes[0], axes[1 : 1 + len(names)]
     tail = max(2, round(0.04 * max(length, 1)))  # decode tokens drawn after the prompt
     x_max = length + tail
     positions = {c: np.asarray(p, dtype=np.float64) for c, (p, _) in drawn.items()}
@@ -306,7 +307,7 @@ def _draw(
 
     _draw_band(band, runs, length, x_max, figure)
     index = np.arange(length)
-    for r, (axis, row) in enumerate(zip(strips, ROWS, strict=True)):
+    for r, (axis, row) in enumerate(zip(strips, names, strict=True)):
         _shade(axis, differs, DIFF_COLOR, 0.18)
         _outline(axis, runs, first[r])
         for compat_name, (_pos, delta) in drawn.items():
@@ -347,7 +348,7 @@ def _draw(
     )
     if compare:
         strips[0].legend(loc="upper left", fontsize=FONT_SIZE, framealpha=0.9)
-        _draw_difference(axes[4], positions, differs)
+        _draw_difference(axes[-1], positions, differs, names)
     axes[-1].set_xlabel("token index")
     axes[-1].set_xlim(-0.5, x_max - 0.5)
     figure.suptitle(_title(family, length, drawn, differs, title), fontsize=11)
@@ -496,14 +497,18 @@ def _shade(axis: Axes, mask: np.ndarray, color: str, alpha: float) -> None:
     )
 
 
-def _draw_difference(axis: Axes, positions: dict[str, np.ndarray], differs: np.ndarray) -> None:
-    """transformers minus vllm on each row."""
+def _draw_difference(
+    axis: Axes, positions: dict[str, np.ndarray], differs: np.ndarray, names: tuple[str, ...]
+) -> None:
+    """transformers minus vllm on each row (``names``)."""
     _shade(axis, differs, DIFF_COLOR, 0.18)
     difference = positions["transformers"] - positions["vllm"]
     index = np.arange(difference.shape[1])
-    for r, (row, style) in enumerate(zip(ROWS, ("-", "--", ":"), strict=True)):
+    styles = ("-", "--", ":", "-.")
+    for r, row in enumerate(names):
+        style = styles[r % len(styles)]
         axis.plot(index, difference[r], style, color="#333333", linewidth=1.0, label=row)
     axis.axhline(0, color="#999999", linewidth=0.6)
     axis.set_ylabel("transformers\n− vllm", rotation=0, ha="right", va="center", fontsize=9)
-    axis.legend(loc="lower left", fontsize=FONT_SIZE, ncols=3, framealpha=0.9)
+    axis.legend(loc="lower left", fontsize=FONT_SIZE, ncols=len(names), framealpha=0.9)
     axis.margins(y=0.2)

@@ -148,16 +148,17 @@ def test_config_reading_names_missing_fields():
 
 @pytest.mark.parametrize("peer", ["hunyuan_vl"], indirect=True)
 def test_three_row_consumers_refuse_it(peer):
+    """The rotary embedding, the vLLM integration and a 3-row table refuse it; its segments serve a
+    table of its rows (tests/serving/test_rows.py)."""
     from mrope.integrations._vllm_inputs import unsupported_reason
 
     family = peer.family("vllm")
     ids = [5] + image_run(1, 1) + [6]
     rows = r"hunyuan_vl gives 4 rows of positions \(1 of the index, then width, height, image ordinal\)"
-    with pytest.raises(MRopeError, match=rows + ": Family.segments .* takes only the 3 rows"):
-        family.segments(ids, image_grid_thw=[[1, 2, 2]])
-    table = mrope.PositionTable(2, max_position=1024)
-    with pytest.raises(MRopeError, match=rows + ": Family.segments \\(and the serving PositionTable\\)"):
-        table.add(0, family, ids, image_grid_thw=[[1, 2, 2]])
+    table, delta = family.segments(ids, image_grid_thw=[[1, 2, 2]])
+    assert table.length == len(ids) and delta == 0 and family.segment_rows.describe() == "(index, w, h, t)"
+    with pytest.raises(MRopeError, match=r"gives 4 rows of positions \(index, w, h, t\), this table holds 3"):
+        mrope.PositionTable(2, max_position=1024).add(0, family, ids, image_grid_thw=[[1, 2, 2]])
     with pytest.raises(MRopeError, match=rows + ": MRotaryEmbedding takes only the 3 rows"):
         family.rotary_embedding()
     assert "vLLM integration takes only the 3 rows" in unsupported_reason(family)

@@ -410,12 +410,17 @@ _COMPILE = textwrap.dedent(
         signature.update(out_ptr="*i64", info_ptr="*i64", keys_ptr="*i64", fields_ptr="*i64")
         signature.update(errors_ptr="*i64", max_index="i64", HAS_MAX_POSITION="constexpr", BLOCK="constexpr")
         signature.update(slots_ptr="*" + index, query_start_ptr="*" + index, computed_ptr="*" + index)
-        for has_max in (True, False):
-            source = ASTSource(kernel, signature, {"HAS_MAX_POSITION": has_max, "BLOCK": _triton.BLOCK})
-            options = {"num_warps": _triton.NUM_WARPS}
-            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-            assert compiled.asm["cubin"], "no cubin"
-            print("compiled", index, has_max, len(compiled.asm["cubin"]))
+        signature.update(T_ROW="constexpr", H_ROW="constexpr", W_ROW="constexpr", LEAD="constexpr")
+        # the rows of a (t, h, w) table, and of HunYuan-VL's four (an index row, then w, h, t)
+        for rows in ((0, 1, 2, 0), (3, 2, 1, 1)):
+            for has_max in (True, False):
+                constants = {"HAS_MAX_POSITION": has_max, "BLOCK": _triton.BLOCK}
+                constants.update(zip(("T_ROW", "H_ROW", "W_ROW", "LEAD"), rows))
+                source = ASTSource(kernel, signature, constants)
+                options = {"num_warps": _triton.NUM_WARPS}
+                compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+                assert compiled.asm["cubin"], "no cubin"
+                print("compiled", index, rows, has_max, len(compiled.asm["cubin"]))
     """
 )
 
@@ -439,4 +444,4 @@ def test_kernel_compiles_for_sm90(tmp_path) -> None:
     assert run.returncode == 0, run.stderr[-4000:]
     if run.stdout.startswith("SKIP"):
         pytest.skip(f"Triton's NVIDIA compiler is not available: {run.stdout.strip()}")
-    assert run.stdout.count("compiled") == 4, run.stdout
+    assert run.stdout.count("compiled") == 8, run.stdout

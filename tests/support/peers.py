@@ -276,8 +276,8 @@ class FamilySetup:
     ``text``: text_config fields (HunYuan-VL's ``rope_parameters``, whose ``mrope_section`` sets its rows).
     ``batch_counts_images``: the last row numbers the images across a batch's rows (HunYuan-VL, as
     transformers counts them), so a row alone differs from its row of the batch there.
-    ``segment_rows``: the positions are the segment model's rows (t, h, w), which ``show``, the serving
-    table and the integrations take (False: HunYuan-VL, which they refuse).
+    ``segment_rows``: the positions are the segment model's rows (t, h, w), which the integrations take
+    (False: HunYuan-VL, which they refuse; ``show`` and a table of its rows apply ``Family.segment_rows``).
     """
 
     model_type: str

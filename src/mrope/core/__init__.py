@@ -25,6 +25,7 @@ from .one_row import (
 )
 from .place import COMPATS, ItemBlocks, Placed, place
 from .render import build_segments, render, render_all
+from .rows import PLAIN_ROWS, SegmentRows
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
 
 #: a convention: where text resumes after a vision block (:data:`COMPATS` lists them; the README's
@@ -40,6 +41,8 @@ __all__ = [
     "FIELDS",
     "Blocks",
     "Placed",
+    "PLAIN_ROWS",
+    "SegmentRows",
     "SegmentBuilder",
     "SegmentTable",
     "block_rows",

@@ -37,6 +37,7 @@ from ..core import (
 )
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
+from ..core.rows import PLAIN_ROWS, SegmentRows
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
 from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
@@ -210,8 +211,8 @@ class Family:
         return {**self.default_markers, **given, **self.settings}
 
     def segment_rows_error(self, what: str) -> MRopeError | None:
-        """Why ``what`` (the serving table, an engine integration, the rotary embedding), which takes
-        the segment model's rows (t, h, w) only, cannot take this family's positions; None: it can."""
+        """Why ``what`` (an engine integration, the rotary embedding), which takes the segment model's
+        rows (t, h, w) only, cannot take this family's positions; None: it can."""
         return None
 
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
@@ -221,6 +222,13 @@ class Family:
             f"{self.model_type}: a token past the prompt takes index + delta (decode_follows_index): there "
             "are no generation positions to cache"
         )
+
+    # -- the family's rows from the segment model's ------------------------------------------------
+    @property
+    def segment_rows(self) -> SegmentRows:
+        """How the family's rows follow from the rendered rows (t, h, w) of its segments: as they are
+        for every family but HunYuan-VL (:class:`mrope.core.SegmentRows`; the serving table applies it)."""
+        return PLAIN_ROWS
 
     def audio_run_ids(self) -> tuple[int, ...]:
         """The token ids that, outside every vision block, are audio (positioned as audio runs); none for
@@ -369,10 +377,9 @@ class Family:
         Qwen3-Omni, float fields and a float delta (see :mod:`mrope.core.segments`). ``layout``: a prompt
         of a few blocks gives its :class:`mrope.core.OneRowLayout` instead (its segments before they
         are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool).
-        GLM-Image's table covers the tokens its prompt generates too (:mod:`mrope.families.glm_image`)."""
-        refused = self.segment_rows_error("Family.segments (and the serving PositionTable)")
-        if refused is not None:
-            raise refused
+        GLM-Image's table covers the tokens its prompt generates too (:mod:`mrope.families.glm_image`).
+        The table renders the rows (t, h, w); the family's rows follow from them by :attr:`segment_rows`
+        (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's."""
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
         given += (audio_seqlens, use_audio_in_video, frame_offsets)
         return self.one_prompt(input_ids, given, items, segments=True, layout=layout)

@@ -9,7 +9,8 @@ index ``num_dims - 3`` times, then (width, height, image ordinal).
 
 In mrope's segment model an image is one segment of width ``W' + 1`` with ``t0`` the image's ordinal
 and ``hw0 = 0``, placed by :class:`~mrope.core.place.ItemBlocks` that keep the index: the (t, h, w) rows
-it renders, reversed, are (width, height, ordinal), and the index rows lead them. The ordinal runs on
+it renders, reversed, are (width, height, ordinal), and the index rows lead them: the family states
+this as its :attr:`segment_rows`, which its positions and the serving table apply. The ordinal runs on
 across the rows of a batch, as transformers counts it (its counter is not reset per sample).
 """
 
@@ -22,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._errors import MRopeError
-from ..core import ItemBlocks, SegmentBuilder
+from ..core import ItemBlocks, SegmentBuilder, SegmentRows
 from ._base import Family
 from ._grids import check_newline_tokens, newline_tokens
 from .inputs import RequestInputs, Seconds
@@ -70,11 +71,16 @@ class HunYuanVL(Family):
         given = {k: self.config[f] for k, f in MARKER_FIELDS.items() if isinstance(self.config.get(f), int)}
         return {**super().prompt_markers(), **given}
 
+    @property
+    def segment_rows(self) -> SegmentRows:
+        """``num_dims - 3`` index rows, then the rendered rows reversed (width, height, image ordinal)."""
+        return SegmentRows(self.num_dims - 3, reverse=True)
+
     def segment_rows_error(self, what: str) -> MRopeError:
         return MRopeError(
             f"{self.model_type} gives {self.num_dims} rows of positions ({self.num_dims - 3} of the index, "
             f"then width, height, image ordinal): {what} takes only the 3 rows (t, h, w) of mrope's "
-            "segment model"
+            f"segment model (the serving PositionTable(..., num_dims={self.num_dims}) takes its rows)"
         )
 
     def no_offsets_message(self) -> str:
@@ -156,21 +162,17 @@ class HunYuanVL(Family):
         return self.rows(positions, inputs.rows()[0]), delta
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
-        """The family's rows of one prompt (:meth:`segments` refused it: :meth:`segment_rows_error`)."""
-        positions, delta = super().prompt(inputs, segments=False)
-        return self.rows(positions, inputs.rows()[0]), max(delta, 0) if self.num_dims > 3 else delta
+        """The family's rows of one prompt, or (``segments``) the segment table they follow from
+        (:attr:`segment_rows`); the delta of every row (at least 0 where index rows lead)."""
+        found, delta = super().prompt(inputs, segments=segments, layout=layout)
+        delta = max(delta, 0) if self.num_dims > 3 else delta
+        return (found if segments else self.rows(found, inputs.rows()[0])), delta
 
     def rows(self, rendered: np.ndarray, row_starts: np.ndarray) -> np.ndarray:
         """The family's rows from the segment model's (t, h, w) of a stream whose rows start at
         ``row_starts``: the index in the row ``num_dims - 3`` times, then (w, h, t) = (width, height,
         image ordinal)."""
-        length = rendered.shape[1]
-        out = np.empty((self.num_dims, length), dtype=rendered.dtype)
-        lead = self.num_dims - 3
-        out[lead:] = rendered[::-1]
-        if lead:
-            index = np.arange(length, dtype=rendered.dtype)
-            if row_starts.any():  # rows of a batch: the index counts from each row's start
-                index -= row_starts[row_starts.searchsorted(index, side="right") - 1]
-            out[:lead] = index
-        return out
+        index = np.arange(rendered.shape[1], dtype=rendered.dtype)
+        if self.num_dims > 3 and row_starts.any():  # rows of a batch: the index counts from each row's
+            index -= row_starts[row_starts.searchsorted(index, side="right") - 1]
+        return self.segment_rows.apply(rendered, index)

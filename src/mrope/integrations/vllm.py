@@ -278,7 +278,7 @@ def _served_family(model_config: Any, *, pruning: bool) -> tuple[Family | None, 
     serve as vLLM does or whose vLLM code was not audited. One rule for both runners; never raises."""
     num_dims = getattr(model_config, "mrope_num_dims", 3)
     if num_dims != 3:
-        return None, f"the model has {num_dims} M-RoPE position rows (mrope serves 3)"
+        return None, f"the model has {num_dims} M-RoPE position rows (mrope's vLLM integration serves 3)"
     if pruning:
         return None, "video token pruning (EVS) reads and rewrites the stored positions"
     try:

@@ -94,12 +94,18 @@ def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[n
     return nonempty(table, floats=floats)
 
 
-def positions_input(positions: Any, delta: Any, *, floats: bool) -> tuple[np.ndarray, int | float]:
-    """The checked arguments of :meth:`PositionTable.add_positions`: (3, L) int64 positions and an int
-    delta, or for a float32 table (``floats``) float32 positions and a float delta (a float32 value)."""
+def positions_input(
+    positions: Any, delta: Any, *, floats: bool, num_dims: int = 3
+) -> tuple[np.ndarray, int | float]:
+    """The checked arguments of :meth:`PositionTable.add_positions`: (num_dims, L) int64 positions and
+    an int delta, or for a float32 table (``floats``) float32 positions and a float delta (a float32
+    value)."""
     pos = to_numpy(positions, name="positions")
-    if pos.ndim != 2 or pos.shape[0] != 3 or pos.shape[1] == 0:
-        raise MRopeError(f"positions must have shape (3, L) with L >= 1, got {tuple(pos.shape)}")
+    if pos.ndim != 2 or pos.shape[0] != num_dims or pos.shape[1] == 0:
+        raise MRopeError(
+            f"positions must have shape ({num_dims}, L) with L >= 1 (the table's num_dims), "
+            f"got {tuple(pos.shape)}"
+        )
     if pos.dtype.kind == "f" and not floats:
         raise MRopeError(
             f"positions are {pos.dtype}: an int64 table takes integer positions; float32 positions "

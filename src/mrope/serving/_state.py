@@ -9,7 +9,10 @@
 - ``deltas`` (max_slots + 2) float64, float32 tables only: the decode offsets (float32 values);
 - ``pool`` (:class:`._pool.Pool`): every live request's segments, flat;
 - the bounds every path checks: ``max_index`` (sequence indices stay below it) and ``max_position``;
-- ``lock``: held by every public call of the table (the numpy step's scratch is shared too).
+- ``lock``: held by every public call of the table (the numpy step's scratch is shared too);
+- ``num_dims`` and ``rows``: the rows of positions of the table's requests, and how they follow from
+  the rendered rows (:class:`mrope.core.SegmentRows`; None: the rendered rows (t, h, w) as they are,
+  the 3-row path).
 
 The host steps (the numpy step of :mod:`._numpy_step`, the float32 step of :mod:`._float`, the kernel
 of :mod:`._compiled` given these arrays) and the device mirror (:mod:`.device`) read it; only
@@ -22,6 +25,7 @@ import threading
 
 import numpy as np
 
+from ..core.rows import SegmentRows
 from ._pool import SHIFT, Floats, Number, Pool, Segments, Span
 
 MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys are base << 32 | index)
@@ -37,8 +41,13 @@ PLEN, DELTA, KEY = 0, 1, 2
 class SlotState:
     """Per-slot info, float32 deltas and the segment pool of a table (see the module docstring)."""
 
-    def __init__(self, max_slots: int, *, floats: bool, capacity: int, max_position: int | None) -> None:
+    def __init__(
+        self, max_slots: int, *, floats: bool, capacity: int, max_position: int | None, num_dims: int = 3
+    ) -> None:
         self.max_slots = max_slots
+        self.num_dims = num_dims
+        # set by the table's first request (PositionTable.add); until then the index rows lead
+        self.rows: SegmentRows | None = None if num_dims == 3 else SegmentRows(num_dims - 3)
         self.floats = floats
         self.max_index = FLOAT_MAX_INDEX if floats else MAX_INDEX
         self.max_position = max_position

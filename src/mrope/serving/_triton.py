@@ -10,6 +10,11 @@ covering every index past its prompt: see :mod:`._pool`), and renders its positi
 request, a negative count, an index reaching the table's bound, a position reaching ``max_position``,
 columns outside ``out``) write 0 in the request's columns inside ``out`` and add 1 to the device error
 counter that :meth:`PositionTable.check` reads; every load index is clamped into its tensor.
+
+A table whose requests give other rows than (t, h, w) (HunYuan-VL) compiles its own kernel: the rows
+``T_ROW``, ``H_ROW``, ``W_ROW`` of ``out`` that take the rendered rows (``SegmentRows.order``) and ``LEAD``
+index rows in front (each token's index inside its prompt, the rendered ``index + delta`` past it); the
+3-row kernel (rows 0, 1, 2, no index row) is the one it always was.
 """
 
 from __future__ import annotations
@@ -100,6 +105,10 @@ def _fill_ragged_kernel(
     max_position,
     HAS_MAX_POSITION: tl.constexpr,
     BLOCK: tl.constexpr,
+    T_ROW: tl.constexpr,
+    H_ROW: tl.constexpr,
+    W_ROW: tl.constexpr,
+    LEAD: tl.constexpr,
 ):
     req = tl.program_id(0)
     slot = tl.load(slots_ptr + req).to(tl.int64)
@@ -131,9 +140,14 @@ def _fill_ragged_kernel(
         seg = _find_segment(keys_ptr, key, capacity, search_steps, mask, BLOCK)
         t, h, w = _render_at(fields_ptr, fields_row_stride, seg, key, mask)
         dest = out_ptr + col * out_col_stride
-        tl.store(dest, tl.where(ok, t, 0), mask=mask)
-        tl.store(dest + out_row_stride, tl.where(ok, h, 0), mask=mask)
-        tl.store(dest + 2 * out_row_stride, tl.where(ok, w, 0), mask=mask)
+        tl.store(dest + T_ROW * out_row_stride, tl.where(ok, t, 0), mask=mask)
+        tl.store(dest + H_ROW * out_row_stride, tl.where(ok, h, 0), mask=mask)
+        tl.store(dest + W_ROW * out_row_stride, tl.where(ok, w, 0), mask=mask)
+        if LEAD > 0:  # the index inside the prompt, the rendered index + delta past it
+            index = key - base
+            index = tl.where(ok, tl.where(index < plen, index, t), 0)
+            for row in tl.static_range(LEAD):
+                tl.store(dest + row * out_row_stride, index, mask=mask)
 
 
 def fill_ragged(
@@ -145,7 +159,7 @@ def fill_ragged(
 ) -> None:
     """Launch the kernel over ``device``'s (a :class:`.device.DeviceTable` of an int64 table) mirror.
 
-    The caller has checked the arguments: ``out`` a (3, n) int64 tensor, the others 1-D int32 or int64
+    The caller has checked the arguments: ``out`` a (num_dims, n) int64 tensor, the others 1-D int32 or int64
     tensors of stride 1 on its device, ``query_start_loc`` with ``len(slots) + 1`` entries or more."""
     num_requests = slots.shape[0]
     if num_requests == 0:
@@ -154,6 +168,8 @@ def fill_ragged(
     keys, fields = device.keys, device.fields
     capacity = keys.shape[0]
     max_position = state.max_position
+    rows = state.rows
+    t_row, h_row, w_row = (0, 1, 2) if rows is None else rows.order
     _fill_ragged_kernel[(num_requests,)](
         out,
         out.stride(0),
@@ -176,5 +192,9 @@ def fill_ragged(
         0 if max_position is None else max_position,
         HAS_MAX_POSITION=max_position is not None,
         BLOCK=BLOCK,
+        T_ROW=t_row,
+        H_ROW=h_row,
+        W_ROW=w_row,
+        LEAD=0 if rows is None else rows.lead,
         num_warps=NUM_WARPS,
     )

@@ -12,6 +12,10 @@ counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.
 :meth:`DeviceTable.fill_ragged` runs as one Triton kernel (:mod:`._triton`) where it can, with the same
 rules and the same counter.
 
+A table whose requests give other rows than (t, h, w) (HunYuan-VL: the state's ``rows``) writes the
+rendered rows into their rows of ``out`` (reversed where the family reverses them: one ``index_copy_``)
+and each token's index, or past its prompt the rendered ``index + delta``, into the index rows.
+
 float32 tables (Qwen3-Omni) keep ``t0``, ``hw0`` and the deltas as float64 tensors (float32 values):
 each position is the float64 sum rounded once to float32 on the write to ``out``, as on the host.
 """
@@ -27,6 +31,7 @@ import torch
 
 from .._backends import overlapping
 from .._errors import MRopeError
+from ..core.rows import SegmentRows
 from ._pool import FIELDS, KEYS
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
 from ._torch_render import find_segments, render_at, render_tail
@@ -72,6 +77,8 @@ class DeviceTable:
             raise MRopeError(f"device {device!r} cannot be used: {err}") from None
         self.state = state
         self.max_slots = state.max_slots
+        self.num_dims = state.num_dims
+        self._orders: dict[SegmentRows, torch.Tensor] = {}  # the rows of out of the rendered rows
         self.out_dtype = torch.float32 if state.floats else torch.int64
         self.data = self.keys = self.fields = self.floats = None  # the pool's, as in mrope.serving._pool
         self._staging = Staging(self.device)
@@ -260,10 +267,41 @@ class DeviceTable:
             pos = pos.to(torch.float32)
         valid = ok.index_select(0, req)
         valid &= real
-        torch.where(valid, pos, self.zero, out=out[:, :num])
+        rows = self.state.rows
+        if rows is None:
+            torch.where(valid, pos, self.zero, out=out[:, :num])
+            return
+        index = key - info[KEY].index_select(0, req)
+        self._write_rows(out[:, :num], rows, pos, valid, index, info[PLEN].index_select(0, req))
+
+    def _write_rows(
+        self,
+        out: torch.Tensor,
+        rows: SegmentRows,
+        pos: torch.Tensor,
+        valid: torch.Tensor,
+        index: torch.Tensor,
+        length: torch.Tensor,
+    ) -> None:
+        """The family's rows into ``out`` (num_dims, num): the rendered rows ``pos`` in the rows ``rows``
+        gives them, and in the index rows each token's ``index`` below its prompt ``length``, else the
+        rendered ``index + delta``; 0 in the columns not ``valid``."""
+        rendered = torch.where(valid, pos, self.zero)
+        out.index_copy_(0, self._order(rows), rendered)
+        if rows.lead:
+            inside = (index < length) & valid
+            index_row = torch.where(inside, index.to(rendered.dtype), rendered[0])
+            out[: rows.lead].copy_(index_row.expand(rows.lead, -1))
+
+    def _order(self, rows: SegmentRows) -> torch.Tensor:
+        """``rows.order`` as a device tensor (made once per rows, at the first step)."""
+        order = self._orders.get(rows)
+        if order is None:
+            order = self._orders[rows] = torch.tensor(rows.order, dtype=_DTYPE, device=self.device)
+        return order
 
     def decode(self, out: torch.Tensor, slots: Any, seq_lens: Any) -> int:
-        """``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``, on the device."""
+        """``seq_lens - 1 + delta[slots]`` on every row of ``out[:, :num_reqs]``, on the device."""
         slots, lens = self._index(slots, "slots"), self._index(seq_lens, "seq_lens")
         n = slots.shape[0]
         if lens.shape[0] != n:
@@ -278,7 +316,10 @@ class DeviceTable:
         if self.state.max_position is not None:
             ok &= pos[0] < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
-        torch.where(ok.expand(3, n), pos, self.zero, out=out[:, :n])
+        num_dims = self.num_dims
+        if num_dims != 3:  # every row the same past the prompt
+            pos = pos[0].expand(num_dims, -1)
+        torch.where(ok.expand(num_dims, n), pos, self.zero, out=out[:, :n])
         return n
 
     # -- internals --------------------------------------------------------------------------------
@@ -317,21 +358,24 @@ class DeviceTable:
         return self.ramp[:num]
 
     def _check_out(self, out: Any, num: int | None) -> None:
-        """``out`` a (3, >= num) tensor of the table's dtype on its device (``num=None``: all of it)."""
+        """``out`` a (num_dims, >= num) tensor of the table's dtype on its device (``num=None``: all of
+        it)."""
+        num_dims = self.num_dims
         if isinstance(out, torch.Tensor) and not _dense(out):
             raise MRopeError(
-                f"out is a {_kind(out)} tensor: pass a dense (strided) (3, n) {self.out_dtype} tensor"
+                f"out is a {_kind(out)} tensor: pass a dense (strided) ({num_dims}, n) "
+                f"{self.out_dtype} tensor"
             )
         if (
             not isinstance(out, torch.Tensor)
             or out.dtype != self.out_dtype
             or out.dim() != 2
-            or out.shape[0] != 3
+            or out.shape[0] != num_dims
         ):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise MRopeError(
-                f"out must be a (3, n) {self.out_dtype} tensor (the table's dtype), got {shape} "
-                f"{getattr(out, 'dtype', '')}"
+                f"out must be a ({num_dims}, n) {self.out_dtype} tensor (the table's dtype"
+                f"{' and num_dims' if num_dims != 3 else ''}), got {shape} {getattr(out, 'dtype', '')}"
             )
         if not _same_device(out.device, self.device):
             raise MRopeError(f"out is on {out.device}, the table's device copy is on {self.device}")

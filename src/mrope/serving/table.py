@@ -15,6 +15,12 @@ to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes 
 layout (queries at ``query_start_loc``, counts per slot): the same step on the host, one Triton launch
 (:mod:`._triton`) on a GPU.
 
+A table of ``num_dims`` rows (HunYuan-VL: 4) holds requests whose family states how its rows follow from
+the rendered rows (:attr:`mrope.Family.segment_rows`: index rows in front, the rendered rows reversed):
+each step renders into the view of ``out`` that takes the rendered rows and writes the index rows beside
+them (:mod:`._rows`; on the device, :mod:`.device`). A 3-row table of (t, h, w) requests runs the steps
+below as they are.
+
 Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
 :mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
 ``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0`` keep numpy.
@@ -30,6 +36,7 @@ import numpy as np
 from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
+from ..core.rows import PLAIN_ROWS, SegmentRows
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
@@ -37,8 +44,9 @@ from ._checks import INT64 as _INT64
 from ._checks import as_index, table_dtype
 from ._numpy_step import NumpyStep
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
+from ._rows import check_rows_out, write_index_rows
 from ._segments import from_positions, nonempty, positions_input
-from ._state import SlotState
+from ._state import PLEN, SlotState
 
 _INT64_MAX = (1 << 63) - 1
 BACKENDS = ("auto", "numba", "numpy")
@@ -109,6 +117,11 @@ class PositionTable:
         call for each combination of array types (seconds; then from its on-disk cache, a fraction of a
         second per process): an engine makes that call at start-up with an empty step of its real
         arrays, e.g. ``fill(out, slots[:0], num_computed[:0], num_scheduled[:0])``.
+    num_dims : int, default 3
+        Rows of positions of the table's requests (``out`` has that many rows): the family's
+        ``num_dims`` (HunYuan-VL: ``len(mrope_section)``, 4 in its checkpoints). :meth:`add` refuses a
+        family of other rows; the first request fixes how the rows follow from the rendered (t, h, w)
+        (:attr:`mrope.Family.segment_rows`), and a later family whose rows differ is refused too.
 
     Notes
     -----
@@ -132,6 +145,7 @@ class PositionTable:
         pool_capacity: int | None = None,
         dtype: Any = np.int64,
         backend: str = "auto",
+        num_dims: int = 3,
     ) -> None:
         if not _is_int(max_requests) or max_requests <= 0:
             raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
@@ -151,6 +165,8 @@ class PositionTable:
                 f"pool_capacity must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys "
                 f"index), got {pool_capacity}"
             )
+        if not _is_int(num_dims) or num_dims < 3:
+            raise MRopeError(f"num_dims must be an int >= 3 (rows of positions), got {num_dims!r}")
         if pool_capacity is None:
             capacity = min(8 * int(max_requests) + 64, _MAX_CAPACITY)
         else:
@@ -162,7 +178,11 @@ class PositionTable:
         self._floats = floats
         try:
             state = SlotState(
-                self.max_requests, floats=floats, capacity=capacity, max_position=self.max_position
+                self.max_requests,
+                floats=floats,
+                capacity=capacity,
+                max_position=self.max_position,
+                num_dims=int(num_dims),
             )
         except MemoryError:
             raise MRopeError(
@@ -174,6 +194,9 @@ class PositionTable:
         # its own arrays)
         self._info, self._pool, self._lock = state.info, state.pool, state.lock
         self.max_index = state.max_index  # sequence indices stay below
+        self.num_dims = state.num_dims
+        self._rows = state.rows  # the steps' rows (None: the rendered (t, h, w), the 3-row path)
+        self._family_rows: SegmentRows | None = None  # the requests' rows, fixed by the first one
         self._numpy = NumpyStep(state)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
@@ -310,9 +333,10 @@ class PositionTable:
         Raises
         ------
         MRopeError
-            ``slot`` out of range or (without ``replace``) already live; anything
-            :meth:`Family.segments` refuses (audio inputs to a family without audio among them, offsets
-            that do not fit the prompt); a
+            ``slot`` out of range or (without ``replace``) already live; a family whose rows of
+            positions are not the table's (its ``num_dims``, or their order after the first request's);
+            anything :meth:`Family.segments` refuses (audio inputs to a family without audio among them,
+            offsets that do not fit the prompt); a
             Qwen3-Omni request in an int64 table; positions reaching ``max_position``; a float32
             table's prompt of 2**24 tokens or more. The table is then unchanged.
 
@@ -324,6 +348,9 @@ class PositionTable:
             raise MRopeError(
                 f"family must be a family from mrope.from_config(config), got {type(family).__name__}"
             )
+        rows = family.segment_rows
+        if rows is not self._family_rows:
+            self._check_rows(rows, family.model_type)
         segments, delta = family.segments(
             input_ids,
             image_grid_thw=image_grid_thw,
@@ -340,7 +367,7 @@ class PositionTable:
         if type(segments) is OneRowLayout:  # a few blocks: written straight into the pool
             length = segments.length
             if length:
-                self._insert(slot, segments, None, length, delta, length - 1 + delta, replace)
+                self._insert(slot, segments, None, length, delta, length - 1 + delta, replace, rows)
                 return
             segments = segments.table()  # a prompt of no tokens: its one empty segment is dropped
         table, length = segments, segments.length
@@ -351,14 +378,17 @@ class PositionTable:
             )
         ints, floats = nonempty(table, floats=self._floats)
         largest = (length - 1) + delta if not self._floats else np.float32(length - 1) + delta
-        self._insert(slot, ints, floats, length, delta, largest, replace)
+        self._insert(slot, ints, floats, length, delta, largest, replace, rows)
 
     def add_positions(self, slot: int, positions: Any, delta: int | float) -> None:
         """Register the request in ``slot`` from precomputed prompt positions.
 
         Parameters
         ----------
-        positions : shape (3, L), numpy or torch; integer, or (float32 tables) float32. They must
+        positions : shape (num_dims, L), numpy or torch; integer, or (float32 tables) float32: the rows
+            of the table's requests (a table of other rows than (t, h, w) takes them once its first
+            :meth:`add` has fixed how they follow from the rendered rows; its index rows must hold each
+            token's index). The rendered rows must
             follow the M-RoPE rule (text runs and vision frames), which is checked: only the segments
             are kept. Positions that segments cannot render exactly raise :class:`MRopeError` (use
             :meth:`add`): a Qwen2.5-Omni video chunk that starts inside a frame row, and in float32
@@ -368,11 +398,26 @@ class PositionTable:
             prompt (``index + delta``).
         """
         floats = self._floats
-        pos, delta = positions_input(positions, delta, floats=floats)
-        ints, fields = from_positions(pos, slot=slot, floats=floats)
+        rows = self._family_rows or PLAIN_ROWS
+        if rows.num_dims != self.num_dims:
+            raise MRopeError(
+                f"add_positions: this table's {self.num_dims} rows follow from the rendered rows (t, h, w) "
+                "as its requests' family states (Family.segment_rows), which its first add() fixes: "
+                "add() a request first"
+            )
+        pos, delta = positions_input(positions, delta, floats=floats, num_dims=rows.num_dims)
+        rendered = pos
+        if not rows.plain:
+            index = np.arange(pos.shape[1])
+            if (pos[: rows.lead] != index).any():
+                raise MRopeError(
+                    f"positions are the rows {rows.describe()}: the index rows must hold each token's index"
+                )
+            rendered = np.ascontiguousarray(rows.rendered(pos))
+        ints, fields = from_positions(rendered, slot=slot, floats=floats)
         length = pos.shape[1]
         last = length - 1 + delta if not floats else np.float32(length - 1) + np.float32(delta)
-        self._insert(slot, ints, fields, length, delta, max(pos.max(), last))
+        self._insert(slot, ints, fields, length, delta, max(pos.max(), last), rows=rows)
 
     def remove(self, slot: int) -> None:
         """Forget the request in ``slot`` (finished or preempted); the slot and its segments' pool
@@ -391,14 +436,15 @@ class PositionTable:
 
         For each request ``i`` in order, the positions of sequence indices ``num_computed[i] ...
         num_computed[i] + num_scheduled[i] - 1`` go to consecutive columns of ``out``: an index inside
-        the prompt takes the prompt's position, an index ``j`` past it ``j + delta`` on all three rows
+        the prompt takes the prompt's position, an index ``j`` past it ``j + delta`` on every row
         (float32 tables: ``float32(j) + delta`` in float32).
 
         Parameters
         ----------
-        out : numpy.ndarray (3, >= N) of the table's dtype (int64, or float32), may be a strided view
-            (e.g. of a pinned torch buffer); or a torch tensor on the table's device (the device path,
-            see :meth:`mrope.serving.device.DeviceTable.fill`).
+        out : numpy.ndarray (num_dims, >= N) of the table's dtype (int64, or float32), may be a strided
+            view (e.g. of a pinned torch buffer); or a torch tensor on the table's device (the device
+            path, see :meth:`mrope.serving.device.DeviceTable.fill`). Rows as the requests' family
+            gives them (3: (t, h, w); HunYuan-VL: index rows, then width, height, image ordinal).
         slots, num_computed, num_scheduled : (num_reqs,) integer arrays (device tensors on the torch
             path); int32 and int64 numpy arrays are read without a copy
         num_tokens : int, optional on the numpy path (N is computed); required on the torch path, where
@@ -413,13 +459,15 @@ class PositionTable:
         ------
         MRopeError
             A slot out of range or not live, a negative count, arrays of different lengths, ``out`` too
-            small or not (3, n) of the table's dtype, a last index ``num_computed + num_scheduled - 1``
+            small or not (num_dims, n) of the table's dtype, a last index ``num_computed + num_scheduled - 1``
             reaching the table's bound (2**32; float32 tables 2**24) or whose position ``index + delta``
             reaches ``max_position`` (every request's, also one with no token scheduled). Nothing is
             written. The torch path raises for shapes and dtypes only: bad values there are counted on
             the device (no host synchronization), their columns written as 0, and :meth:`check` raises.
         """
         with self._lock:
+            if self._rows is not None:  # not the rendered (t, h, w): the family's rows
+                return self._fill_rows(out, slots, num_computed, num_scheduled, num_tokens, False)
             if type(out) is np.ndarray:
                 if self._kernel is not None:
                     num = self._compiled(out, slots, num_computed, num_scheduled, False, num_tokens)
@@ -431,7 +479,7 @@ class PositionTable:
             return self._numpy.fill(out, slots, num_computed, num_scheduled, num_tokens)
 
     def decode(self, out: Any, slots: Any, seq_lens: Any) -> int:
-        """Decode positions ``seq_lens - 1 + delta[slots]`` on all three rows of ``out[:, :num_reqs]``.
+        """Decode positions ``seq_lens - 1 + delta[slots]`` on every row of ``out[:, :num_reqs]``.
 
         The request's last token (index ``seq_lens - 1``) must lie past its prompt: an index inside it
         is bad input on every path (:meth:`fill` serves it), as are those :meth:`fill` refuses. With
@@ -439,6 +487,8 @@ class PositionTable:
         seed's SGLang path); with numpy it is :meth:`fill` with one token per request. Returns num_reqs.
         """
         with self._lock:
+            if self._rows is not None:  # not the rendered (t, h, w): the family's rows
+                return self._fill_rows(out, slots, seq_lens, seq_lens, None, True)
             if type(out) is np.ndarray:
                 if self._kernel is not None:
                     num = self._compiled(out, slots, seq_lens, seq_lens, True, None)
@@ -458,7 +508,7 @@ class PositionTable:
 
         Parameters
         ----------
-        out : (3, n) array of the table's dtype: numpy or a CPU tensor (the host path, through
+        out : (num_dims, n) array of the table's dtype: numpy or a CPU tensor (the host path, through
             :meth:`fill`), or a tensor on the table's device (one Triton launch for an int64 table on
             CUDA: no host synchronization, CUDA-graph capturable after :meth:`reserve` and :meth:`freeze`;
             elsewhere, or for a float32 table, the torch step of :meth:`fill`, which also writes 0 in the
@@ -512,6 +562,9 @@ class PositionTable:
             ns = np.subtract(starts[1 : n + 1], starts[:n])
             view = out[:, first:] if out.ndim == 2 else out
             try:
+                if self._rows is not None:
+                    self._fill_rows(view, slots, nc, ns, None, False)
+                    return
                 if self._kernel is not None and self._compiled(view, slots, nc, ns, False, None) >= 0:
                     return
                 self._numpy.fill(view, slots, nc, ns, None)
@@ -578,13 +631,16 @@ class PositionTable:
         delta: int | float,
         largest: Any,
         replace: bool = False,
+        rows: SegmentRows = PLAIN_ROWS,
     ) -> None:
         """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
         its segments (:mod:`._segments`, or a one-row layout), after the checks of its length and
-        largest position."""
+        largest position; its ``rows`` (the family's) fix the table's at its first request."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
             slot = self._slot(slot)
         with self._lock:
+            if rows is not self._family_rows:
+                self._check_rows(rows, "the request")
             if not replace and self._state.is_live(slot):
                 raise MRopeError(f"slot {slot} already holds a request: remove() it before adding another")
             if length >= self.max_index:
@@ -598,11 +654,63 @@ class PositionTable:
                     f"{self.max_position} (check second_per_grid_ts and the grids)"
                 )
             lo, hi, moved = self._state.insert(slot, ints, floats, length, delta)
+            if self._family_rows is None:  # the first request: the steps apply its rows from now on
+                self._family_rows = rows
+                self._rows = self._state.rows = None if rows.plain else rows
             if self._device is not None:
                 if moved:
                     self._device.sync_all()
                 else:
                     self._device.sync(lo, hi, slot + 1)
+
+    def _fill_rows(
+        self, out: Any, slots: Any, first: Any, count: Any, num_tokens: int | None, decode: bool
+    ) -> int:
+        """:meth:`fill` (``decode``: :meth:`decode`, ``first`` holding seq_lens) of a table whose rows are
+        not the rendered (t, h, w): the one step into the view of ``out`` that takes the rendered rows,
+        then the index rows (:mod:`._rows`); torch tensors go to the device path, which applies them."""
+        if is_torch_tensor(out):
+            device = self._device_state(out.device)
+            if decode:
+                return device.decode(out, slots, first)
+            return device.fill(out, slots, first, count, num_tokens)
+        if type(out) is not np.ndarray:
+            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
+        rows = self._rows
+        check_rows_out(out, rows.num_dims, self.dtype)
+        view = rows.rendered(out)
+        num = -1
+        if self._kernel is not None:
+            num = self._compiled(view, slots, first, count, decode, num_tokens)
+        if num < 0:
+            step = self._numpy
+            num = (
+                step.decode(view, slots, first)
+                if decode
+                else step.fill(view, slots, first, count, num_tokens)
+            )
+        if rows.lead and num:
+            if decode:  # every token past its prompt: the rendered rows' index + delta
+                out[: rows.lead, :num] = view[0, :num]
+            else:  # (the step checked the arrays: their conversions raise nothing)
+                lengths = self._info[PLEN].take(as_index(slots, "slots") + 1)
+                nc, ns = as_index(first, "num_computed"), as_index(count, "num_scheduled")
+                write_index_rows(out, rows.lead, view, lengths, nc, ns, num)
+        return num
+
+    def _check_rows(self, rows: SegmentRows, what: str) -> None:
+        """Refuse a request of ``rows`` (``what``: its family) unless they are the table's."""
+        if rows.num_dims != self.num_dims:
+            raise MRopeError(
+                f"{what} gives {rows.num_dims} rows of positions {rows.describe()}, this table holds "
+                f"{self.num_dims}: create it with PositionTable(..., num_dims={rows.num_dims})"
+            )
+        if self._family_rows is not None and rows != self._family_rows:
+            raise MRopeError(
+                f"{what} gives the rows {rows.describe()}, this table's requests the rows "
+                f"{self._family_rows.describe()} (fixed by its first request): a table serves one "
+                "family's rows"
+            )
 
     def _compiled(
         self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
