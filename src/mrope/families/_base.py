@@ -526,18 +526,16 @@ class Family:
         ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of
         :func:`mrope.rotary.rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA
         graphs; ``positions_factor`` or ``max_position`` to size the cache past the token count).
-        A family of other than the three rows (t, h, w) raises :class:`MRopeError`
-        (:meth:`segment_rows_error`).
+        The module takes the family's :attr:`num_dims` rows of positions (:attr:`rotary_layout`
+        ``"hunyuan"``: one per ``mrope_section`` entry); a layout whose rows differ raises
+        :class:`MRopeError`.
         """
-        refused = self.segment_rows_error("MRotaryEmbedding") if self.num_dims != 3 else None
-        if refused is not None:
-            raise refused
         import torch
 
         from ..rotary import rotary_embedding_from_config
 
         text_config = self.config.get("text_config") or self.config
-        return rotary_embedding_from_config(
+        rope = rotary_embedding_from_config(
             text_config,
             layout=self.rotary_layout,
             is_neox_style=self.rotary_is_neox_style,
@@ -547,6 +545,12 @@ class Family:
             max_position=max_position,
             positions_factor=positions_factor,
         )
+        if rope.num_rows != self.num_dims:
+            raise MRopeError(
+                f"{self.model_type} gives {self.num_dims} rows of positions, but its rotary layout "
+                f"{self.rotary_layout!r} with mrope_section {list(rope.mrope_section)} takes {rope.num_rows}"
+            )
+        return rope
 
     # -- checks -------------------------------------------------------------------------------------
     @property

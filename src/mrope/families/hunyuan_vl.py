@@ -36,6 +36,7 @@ class HunYuanVL(Family):
     model_types = ("hunyuan_vl",)
     takes_offsets = False
     prompt_layout = "hunyuan"
+    rotary_layout = "hunyuan"
     default_markers = {"image_start_token_id": 120118, "image_end_token_id": 120119}
     #: image tokens of a run beyond its grid's (the processor's ``cat_extra_token``: its first and last,
     #: which keep their index); a run without them is accepted too, as transformers accepts it
