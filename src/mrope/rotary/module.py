@@ -315,16 +315,16 @@ class MRotaryEmbedding(nn.Module):
         -------
         tuple of torch.Tensor
             ``cos, sin``, each shape ``(num_tokens, rotary_dim // 2)``, float32 (views of one
-            ``(num_tokens, rotary_dim)`` tensor). Where the pairs' channels take different rows and
-            positions have several rows, each ``(num_tokens, rotary_dim)``: the pairs' first channels',
-            then their second's (for NeoX pairs, transformers' ``cos`` and ``sin`` of every channel).
+            ``(num_tokens, rotary_dim)`` tensor). For ``layout="hunyuan"``, whose pairs' channels can take
+            different rows, each ``(num_tokens, rotary_dim)``: the pairs' first channels', then their
+            second's (transformers' ``cos`` and ``sin`` of every channel).
         """
         rows = self._cos_sin_rows(positions)
         half = self.rotary_dim // 2
-        if rows.ndim == 3:
-            cos, sin = rows[..., :half], rows[..., half:]
-            return cos.reshape(-1, self.rotary_dim), sin.reshape(-1, self.rotary_dim)
-        return rows[:, :half], rows[:, half:]
+        if self.layout not in SPLIT_LAYOUTS:
+            return rows[:, :half], rows[:, half:]
+        sides = rows.view(-1, 1, self.rotary_dim).expand(-1, 2, -1) if rows.ndim == 2 else rows
+        return sides[..., :half].reshape(-1, self.rotary_dim), sides[..., half:].reshape(-1, self.rotary_dim)
 
     def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
         """``[cos | sin]`` of every token, float32 (:func:`~.cache.cos_sin_rows`, :meth:`cos_sin`)."""
