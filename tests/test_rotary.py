@@ -234,18 +234,10 @@ def test_hunyuan_comparison_detects_one_row_per_frequency():
     channel's row) rotate HunYuan-VL's three-row sections differently, as does ignoring alpha."""
     case = HunyuanCase([32, 16, 16], 1000.0, 9, 3, 2, 0, seed=7)
     positions, q, k = case.tensors(torch.float32)
-    cfg, _ = _hunyuan(case, torch.float32)
+    cfg, right = _hunyuan(case, torch.float32)
     exp_q, _ = hunyuan_reference(cfg, positions, q, k)
-    for layout in ("chunked", "interleaved"):
-        wrong = rotary_embedding_from_config(
-            {
-                **cfg.to_dict(),
-                "rope_parameters": {"rope_theta": 1e4 * 1000.0 ** (128 / 126), "mrope_section": [32, 16, 16]},
-            },
-            layout=layout,
-            is_neox_style=True,
-            dtype=torch.float32,
-        )
+    for layout in ("chunked", "interleaved"):  # the same sections and NTK-alpha base
+        wrong = MRotaryEmbedding(128, 128, 4096, right.base, (32, 16, 16), layout=layout, dtype=torch.float32)
         out_q, _ = wrong(positions, q.clone(), k.clone())
         assert (out_q - exp_q).abs().max() > 1e-2, layout
     plain = HunyuanCase([32, 16, 16], None, 9, 3, 2, 0, seed=7)
@@ -266,27 +258,30 @@ def test_hunyuan_pair_rows_and_tables():
 
 
 @pytest.mark.parametrize(
-    ("make", "call", "match"),
+    ("make", "match"),
     [
-        ({"mrope_section": ()}, None, r"mrope_section must be a sequence of non-negative ints, got \(\)"),
-        (
-            {"mrope_section": (16, 16, 16, -16)},
-            None,
-            r"sequence of non-negative ints, got \(16, 16, 16, -16\)",
-        ),
-        ({"mrope_section": (16, 16, 16, 8)}, None, r"sums to 56, expected rotary_dim // 2 = 64"),
-        ({"layout": "chunked"}, None, r"mrope_section must be a sequence of 3 non-negative ints"),
-        ({}, (3, 5), r"positions must have shape \(4, num_tokens\) or \(num_tokens,\), got \(3, 5\)"),
+        ({"mrope_section": ()}, r"mrope_section must be a sequence of non-negative ints, got \(\)"),
+        ({"mrope_section": (16, 16, 16, -16)}, r"sequence of non-negative ints, got \(16, 16, 16, -16\)"),
+        ({"mrope_section": (16, 16, 16, 8)}, r"sums to 56, expected rotary_dim // 2 = 64"),
+        ({"layout": "chunked"}, r"mrope_section must be a sequence of 3 non-negative ints"),
     ],
 )
-def test_hunyuan_layout_errors(make, call, match):
+def test_hunyuan_layout_errors(make, match):
     args = {"layout": "hunyuan", "mrope_section": (16, 16, 16, 16), "dtype": torch.float32, **make}
     with pytest.raises(MRopeError, match=match):
-        rope = MRotaryEmbedding(128, 128, 64, 1e4, **args)
-        q, k = torch.randn(call[1], 128), torch.randn(call[1], 128)
-        rope(torch.zeros(call, dtype=torch.int64), q, k)
+        MRotaryEmbedding(128, 128, 64, 1e4, **args)
     with pytest.raises(MRopeError, match=r"layout 'hunyuan' gives the two channels of a pair their own rows"):
         section_rows("hunyuan", (16, 16, 16, 16))
+
+
+def test_hunyuan_positions_have_its_rows():
+    rope = MRotaryEmbedding(128, 128, 64, 1e4, (16, 16, 16, 16), layout="hunyuan", dtype=torch.float32)
+    q, k = torch.randn(5, 128), torch.randn(5, 128)
+    shape = r"positions must have shape \(4, num_tokens\) or \(num_tokens,\), got \(3, 5\)"
+    with pytest.raises(MRopeError, match=shape):
+        rope(torch.zeros(3, 5, dtype=torch.int64), q, k)
+    with pytest.raises(MRopeError, match=shape):
+        apply_mrope(rope, torch.zeros(3, 5, dtype=torch.int64), q, k)
 
 
 @pytest.mark.parametrize(
