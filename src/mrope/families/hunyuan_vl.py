@@ -11,6 +11,9 @@ In mrope's segment model an image is one segment of width ``W' + 1`` with ``t0``
 and ``hw0 = 0``, placed by :class:`~mrope.core.place.ItemBlocks` that keep the index: the (t, h, w) rows
 it renders, reversed, are (width, height, ordinal), and the index rows lead them. The ordinal runs on
 across the rows of a batch, as transformers counts it (its counter is not reset per sample).
+
+Its rotary embedding (:meth:`rotary_embedding`) takes the ``num_dims`` rows: layout ``"hunyuan"`` of
+:mod:`mrope.rotary`, where the two channels of a rotation pair can take different rows.
 """
 
 from __future__ import annotations
