@@ -10,15 +10,19 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mrope._errors import MRopeError
 from mrope.rotary import (
     MRotaryEmbedding,
     apply_mrope,
     build_cos_sin_cache,
+    pair_rows,
     rotary_embedding_from_config,
     section_rows,
 )
+from support.hunyuan_rotary import HunyuanCase, hunyuan_cases, hunyuan_reference, hunyuan_text_config
 from support.peers import require_module
 
 transformers = require_module("transformers")
@@ -170,6 +174,151 @@ def test_fractional_positions_match_transformers():
     out_q, out_k = rope(positions, _to_engine(q).clone(), _to_engine(k).clone())
     torch.testing.assert_close(out_q, _to_engine(ref_q), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out_k, _to_engine(ref_k), rtol=1e-6, atol=1e-6)
+
+
+def _hunyuan(case, dtype, *, layout="hunyuan", backend="native"):
+    """mrope's module from the case's transformers config (the peer's own reading of it)."""
+    cfg = hunyuan_text_config(case.section, alpha=case.alpha)
+    rope = rotary_embedding_from_config(
+        cfg.to_dict(), layout=layout, is_neox_style=True, dtype=dtype, backend=backend
+    )
+    return cfg, rope
+
+
+@given(case=hunyuan_cases(), dtype=st.sampled_from([torch.float32, torch.bfloat16]), flat=st.booleans())
+def test_hunyuan_layout_matches_transformers(case, dtype, flat):
+    """HunYuan-VL's rotary: the two channels of a pair can take different rows (transformers' split of
+    cat(freqs, freqs)), any number of rows, with its NTK-alpha base."""
+    cfg, rope = _hunyuan(case, dtype)
+    assert rope.num_rows == len(case.section) and rope.layout == "hunyuan"
+    positions, q, k = case.tensors(dtype)
+    shaped = (lambda x: x.reshape(x.shape[0], -1)) if flat else (lambda x: x)
+    out_q, out_k = rope(positions, shaped(q.clone()), shaped(k.clone()))
+    exact_q, exact_k = (shaped(x) for x in hunyuan_reference(cfg, positions, q.float(), k.float()))
+    if dtype == torch.float32:
+        torch.testing.assert_close(out_q, exact_q, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(out_k, exact_k, rtol=1e-6, atol=1e-6)
+        return
+    # as test_low_precision_is_transformers_float32_rounded_once: transformers' float32 result rounded
+    # once, bit for bit, and within 8u(|x1| + |out|) of transformers in bfloat16
+    assert torch.equal(out_q, exact_q.to(dtype)) and torch.equal(out_k, exact_k.to(dtype))
+    ref_q, _ = hunyuan_reference(cfg, positions, q, k)
+    terms = shaped(q.float()).abs() + exact_q.abs()
+    assert ((out_q.float() - shaped(ref_q).float()).abs() <= 8 * 2.0**-8 * terms + 1e-6).all()
+
+
+@given(case=hunyuan_cases(max_tokens=5))
+def test_hunyuan_one_row_floating_positions_and_apply_mrope_match_transformers(case):
+    """One row of positions (all rows equal), fractional positions (computed, not gathered) and the
+    differentiable apply_mrope rotate as transformers does; cos_sin gives transformers' cos and sin."""
+    cfg, rope = _hunyuan(case, torch.float32)
+    positions, q, k = case.tensors(torch.float32)
+    for pos in (positions[0], positions.float() + 0.25):
+        exp_q, exp_k = hunyuan_reference(cfg, pos, q, k)
+        out_q, out_k = rope(pos, q.clone(), k.clone())
+        torch.testing.assert_close(out_q, exp_q, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(out_k, exp_k, rtol=1e-6, atol=1e-6)
+    new_q, new_k = apply_mrope(rope, positions, q, k)
+    exp_q, exp_k = hunyuan_reference(cfg, positions, q, k)
+    torch.testing.assert_close(new_q, exp_q, rtol=1e-6, atol=1e-6)
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLRotaryEmbedding
+
+    exp_cos, exp_sin = HunYuanVLRotaryEmbedding(cfg)(q, positions[:, None, :])
+    cos, sin = rope.cos_sin(positions)
+    torch.testing.assert_close(cos, exp_cos[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sin, exp_sin[0], rtol=1e-6, atol=1e-6)
+
+
+def test_hunyuan_comparison_detects_one_row_per_frequency():
+    """Negative control: the one-row-per-frequency layouts (both channels of a pair from the first
+    channel's row) rotate HunYuan-VL's three-row sections differently, as does ignoring alpha."""
+    case = HunyuanCase([32, 16, 16], 1000.0, 9, 3, 2, 0, seed=7)
+    positions, q, k = case.tensors(torch.float32)
+    cfg, right = _hunyuan(case, torch.float32)
+    exp_q, _ = hunyuan_reference(cfg, positions, q, k)
+    for layout in ("chunked", "interleaved"):  # the same sections and NTK-alpha base
+        wrong = MRotaryEmbedding(128, 128, 4096, right.base, (32, 16, 16), layout=layout, dtype=torch.float32)
+        out_q, _ = wrong(positions, q.clone(), k.clone())
+        assert (out_q - exp_q).abs().max() > 1e-2, layout
+    plain = HunyuanCase([32, 16, 16], None, 9, 3, 2, 0, seed=7)
+    _, no_alpha = _hunyuan(plain, torch.float32)
+    out_q, _ = no_alpha(positions, q.clone(), k.clone())
+    assert (out_q - exp_q).abs().max() > 1e-2
+
+
+def test_hunyuan_pair_rows_and_tables():
+    """Each channel's row: chunk i of 2 * section[i] channels of [first channels | second channels]."""
+    assert pair_rows("hunyuan", (1, 1, 2)) == (0, 0, 1, 1, 2, 2, 2, 2)
+    assert pair_rows("chunked", (1, 2, 1)) == (0, 1, 1, 2) * 2
+    rope = MRotaryEmbedding(16, 8, 64, 1e4, (1, 1, 2), layout="hunyuan", dtype=torch.float32)
+    assert rope.freq_rows.tolist() == [0, 0, 1, 1, 2, 2, 2, 2] and rope.column_index.shape == (16,)
+    # both channels of every pair on row 0: the one-row-per-frequency tables and gather
+    shared = MRotaryEmbedding(16, 8, 64, 1e4, (4, 0), layout="hunyuan", dtype=torch.float32)
+    assert shared.num_rows == 2 and shared.freq_rows.tolist() == [0] * 4 and shared.column_index.shape == (8,)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        ({"mrope_section": ()}, r"mrope_section must be a sequence of non-negative ints, got \(\)"),
+        ({"mrope_section": (16, 16, 16, -16)}, r"sequence of non-negative ints, got \(16, 16, 16, -16\)"),
+        ({"mrope_section": (16, 16, 16, 8)}, r"sums to 56, expected rotary_dim // 2 = 64"),
+        ({"layout": "chunked"}, r"mrope_section must be a sequence of 3 non-negative ints"),
+    ],
+)
+def test_hunyuan_layout_errors(make, match):
+    args = {"layout": "hunyuan", "mrope_section": (16, 16, 16, 16), "dtype": torch.float32, **make}
+    with pytest.raises(MRopeError, match=match):
+        MRotaryEmbedding(128, 128, 64, 1e4, **args)
+    with pytest.raises(MRopeError, match=r"layout 'hunyuan' gives the two channels of a pair their own rows"):
+        section_rows("hunyuan", (16, 16, 16, 16))
+
+
+def test_hunyuan_positions_have_its_rows():
+    rope = MRotaryEmbedding(128, 128, 64, 1e4, (16, 16, 16, 16), layout="hunyuan", dtype=torch.float32)
+    q, k = torch.randn(5, 128), torch.randn(5, 128)
+    shape = r"positions must have shape \(4, num_tokens\) or \(num_tokens,\), got \(3, 5\)"
+    with pytest.raises(MRopeError, match=shape):
+        rope(torch.zeros(3, 5, dtype=torch.int64), q, k)
+    with pytest.raises(MRopeError, match=shape):
+        apply_mrope(rope, torch.zeros(3, 5, dtype=torch.int64), q, k)
+
+
+@pytest.mark.parametrize(
+    ("rope", "layout", "match"),
+    [
+        (
+            {"rope_type": "dynamic", "factor": 2.0},
+            "hunyuan",
+            r"rope type 'dynamic' needs a fixed alpha > 0 .* got None",
+        ),
+        ({"rope_type": "xdrope", "alpha": True}, "hunyuan", r"needs a fixed alpha > 0 .* got True"),
+        ({"rope_type": "dynamic", "alpha": 1000.0}, "chunked", r"rope type 'dynamic' is not supported"),
+    ],
+)
+def test_hunyuan_config_errors(rope, layout, match):
+    cfg = {"model_type": "hunyuan_vl_text", "head_dim": 24, "max_position_embeddings": 64}
+    cfg["rope_parameters"] = {"rope_theta": 1e4, "mrope_section": [4, 4, 4], **rope}
+    with pytest.raises(MRopeError, match=match):
+        rotary_embedding_from_config(cfg, layout=layout, is_neox_style=True)
+
+
+def test_hunyuan_legacy_config_json_reads_like_5x():
+    """The checkpoints' config.json: rope_scaling type "xdrope", alpha, xdrope_section, top-level theta."""
+    legacy = {
+        "model_type": "hunyuan_vl_text",
+        "head_dim": 128,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "xdrope", "alpha": 1000.0, "factor": 1.0, "xdrope_section": [16] * 4},
+    }
+    rope = rotary_embedding_from_config(legacy, layout="hunyuan", is_neox_style=True, dtype=torch.float32)
+    cfg = hunyuan_text_config([16] * 4, alpha=1000.0)
+    fresh = rotary_embedding_from_config(
+        cfg.to_dict(), layout="hunyuan", is_neox_style=True, dtype=torch.float32
+    )
+    assert rope.mrope_section == (16,) * 4 and rope.base == fresh.base == 1e4 * 1000.0 ** (128 / 126)
+    assert torch.equal(rope.inv_freq, fresh.inv_freq)
 
 
 def _small(layout, *, neox=True, rotary_dim=32, head_size=48, dtype=torch.float32):

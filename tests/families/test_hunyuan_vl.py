@@ -1,6 +1,8 @@
 """HunYuan-VL (``mrope.families.hunyuan_vl``): its rows and rule against transformers 5.24's
-``get_rope_index`` on single prompts (batches: ``test_families.py``), its edges, its errors, and the
-refusals where mrope takes three rows only."""
+``get_rope_index`` on single prompts (batches: ``test_families.py``), its edges, its errors, the
+refusals where mrope takes three rows only; its rotary embedding against transformers'."""
+
+import re
 
 import numpy as np
 import pytest
@@ -148,8 +150,8 @@ def test_config_reading_names_missing_fields():
 
 @pytest.mark.parametrize("peer", ["hunyuan_vl"], indirect=True)
 def test_three_row_consumers_refuse_it(peer):
-    """The rotary embedding, the vLLM integration and a 3-row table refuse it; its segments serve a
-    table of its rows (tests/serving/test_rows.py)."""
+    """The vLLM integration and a 3-row table refuse it; its segments serve a table of its rows
+    (tests/serving/test_rows.py)."""
     from mrope.integrations._vllm_inputs import unsupported_reason
 
     family = peer.family("vllm")
@@ -159,20 +161,49 @@ def test_three_row_consumers_refuse_it(peer):
     assert table.length == len(ids) and delta == 0 and family.segment_rows.describe() == "(index, w, h, t)"
     with pytest.raises(MRopeError, match=r"gives 4 rows of positions \(index, w, h, t\), this table holds 3"):
         mrope.PositionTable(2, max_position=1024).add(0, family, ids, image_grid_thw=[[1, 2, 2]])
-    with pytest.raises(MRopeError, match=rows + ": MRotaryEmbedding takes only the 3 rows"):
-        family.rotary_embedding()
-    assert "vLLM integration takes only the 3 rows" in unsupported_reason(family)
+    rows_message = rows + r": mrope's vLLM integration takes only the 3 rows"
+    assert re.search(rows_message, unsupported_reason(family))
 
 
-def test_its_rotary_gives_the_two_halves_of_a_pair_different_rows():
-    # why MRotaryEmbedding (one row per frequency) refuses it: transformers' own recomposition rotates
-    # frequency j by axis 0 in the first half of the head and by axis 2 in the second
+@HUNYUAN
+def test_its_rotary_embedding_rotates_its_positions_as_transformers(peer):
+    """Family.rotary_embedding takes the family's num_dims rows (layout "hunyuan": each channel of a
+    pair from its own row): on a prompt's positions it rotates as transformers' HunYuanVL rotary."""
     require("torch", "transformers")
     import torch
-    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLRotaryEmbedding
 
-    axis = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 1, 64)  # every frequency holds its axis
-    owner = type("Rotary", (), {"mrope_section": [16, 16, 16, 16]})()
-    rows = HunYuanVLRotaryEmbedding.recomposition_frequencies(owner, axis)[0, 0]
-    assert rows[:32].unique().tolist() == [0.0] and rows[64:96].unique().tolist() == [2.0]
-    assert rows[32:64].unique().tolist() == [1.0] and rows[96:].unique().tolist() == [3.0]
+    from support.hunyuan_rotary import hunyuan_reference
+
+    family = peer.family("transformers")
+    prompt = build_prompt(family, [text(2), Image(2, 4), text(3), Image(4, 2), text(1)])
+    positions = torch.from_numpy(family.positions(prompt.input_ids, **prompt.kwargs())[0])
+    rope = family.rotary_embedding(dtype=torch.float32)
+    assert (rope.layout, rope.num_rows) == ("hunyuan", family.num_dims)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(positions.shape[1], 2, rope.head_size, generator=g)
+    k = torch.randn(positions.shape[1], 1, rope.head_size, generator=g)
+    exp_q, exp_k = hunyuan_reference(peer.config.text_config, positions, q, k)
+    out_q, out_k = rope(positions, q.clone(), k.clone())
+    torch.testing.assert_close(out_q, exp_q, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out_k, exp_k, rtol=1e-6, atol=1e-6)
+
+
+def test_its_rotary_embedding_refuses_rows_its_sections_do_not_give():
+    require("torch")
+    from mrope.families.hunyuan_vl import HunYuanVL
+
+    text_config = {"head_dim": 128, "max_position_embeddings": 64}
+    text_config["rope_parameters"] = {"rope_theta": 1e4, "mrope_section": [32, 16, 16]}
+    family = HunYuanVL(
+        "hunyuan_vl",
+        image_token_id=IMAGE,
+        spatial_merge_size=2,
+        num_dims=4,
+        config={"text_config": text_config},
+    )
+    with pytest.raises(
+        MRopeError,
+        match=r"hunyuan_vl gives 4 rows of positions, but its rotary layout 'hunyuan' with mrope_section "
+        r"\[32, 16, 16\] takes 3",
+    ):
+        family.rotary_embedding()

@@ -11,19 +11,24 @@ import os
 import pytest
 import torch
 
-from support.peers import require_module
+from support.peers import require, require_module
 
 require_module("triton")
 
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
 from mrope._errors import MRopeError  # noqa: E402
-from mrope.rotary import MRotaryEmbedding  # noqa: E402
+from mrope.rotary import MRotaryEmbedding, rotary_embedding_from_config  # noqa: E402
+from support.hunyuan_rotary import hunyuan_cases, hunyuan_reference, hunyuan_text_config  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
     assert os.environ.get("TRITON_INTERPRET") == "1", "tests/ops/conftest.py must set TRITON_INTERPRET"
 
-# rotary_dim 40 (20 frequencies, not a power of two) inside head_size 48; sections per layout
-SECTIONS = {"chunked": (6, 7, 7), "interleaved": (8, 6, 6), "ernie": (7, 7, 6)}
+# rotary_dim 40 (20 frequencies, not a power of two) inside head_size 48; sections per layout (hunyuan:
+# four rows, the two channels of a pair on different rows)
+SECTIONS = {"chunked": (6, 7, 7), "interleaved": (8, 6, 6), "ernie": (7, 7, 6), "hunyuan": (4, 4, 6, 6)}
 # float32: the kernel may contract a product into an FMA, a last-bit difference. bfloat16: both paths
 # round the same float32 value once, so they differ by at most one bf16 ulp (relative 2**-7) where an
 # FMA moves the value across a rounding boundary.
@@ -56,13 +61,14 @@ def _qk(num_tokens, num_q_heads, num_kv_heads, head_size, dtype, seed=0):
 
 
 @pytest.mark.parametrize(("dtype", "rtol", "atol"), TOLERANCES)
-@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie"])
+@pytest.mark.parametrize("layout", ["chunked", "interleaved", "ernie", "hunyuan"])
 @pytest.mark.parametrize("neox", [True, False])
-@pytest.mark.parametrize("rows", [3, 1])
+@pytest.mark.parametrize("rows", ["all", 1])
 def test_kernel_matches_native(layout, neox, rows, dtype, rtol, atol):
     native, triton = _pair(layout, dtype, neox=neox)
     num_tokens = 5
-    positions = torch.randint(0, 256, (3, num_tokens) if rows == 3 else (num_tokens,), device=DEVICE)
+    shape = (native.num_rows, num_tokens) if rows == "all" else (num_tokens,)
+    positions = torch.randint(0, 256, shape, device=DEVICE)
     q, k = _qk(num_tokens, 3, 2, 48, dtype)
     exp_q, exp_k = native(positions, q.clone(), k.clone())
     out_q, out_k = triton(positions, q.clone(), k.clone())
@@ -263,3 +269,36 @@ def test_kernel_takes_the_layout_table_it_is_given():
     torch.testing.assert_close(out_q, exp[0], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out_k, exp[1], rtol=1e-6, atol=1e-6)
     assert not torch.equal(chunked.freq_rows, interleaved.freq_rows)
+
+
+@given(case=hunyuan_cases(max_tokens=4, max_heads=2), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_kernel_matches_transformers_hunyuan(case, dtype):
+    """HunYuan-VL's rotary (each channel of a pair from its own row, any number of rows) in the kernel:
+    transformers' float32 result, rounded once (FMA: a last bit in float32, one bfloat16 ulp)."""
+    require("transformers")
+    cfg = hunyuan_text_config(case.section, alpha=case.alpha)
+    triton = rotary_embedding_from_config(
+        cfg.to_dict(), layout="hunyuan", is_neox_style=True, dtype=dtype, backend="triton"
+    ).to(DEVICE)
+    positions, q, k = case.tensors(dtype)
+    exp_q, exp_k = hunyuan_reference(cfg, positions, q.float(), k.float())
+    out_q, out_k = triton(positions.to(DEVICE), q.to(DEVICE), k.to(DEVICE))
+    rtol = 1e-6 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(out_q.cpu(), exp_q.to(dtype), rtol=rtol, atol=1e-6)
+    torch.testing.assert_close(out_k.cpu(), exp_k.to(dtype), rtol=rtol, atol=1e-6)
+
+
+def test_kernel_split_table_on_strided_positions_and_opcheck():
+    """The per-channel row table (rotary_dim rows) with an engine's strided position slice, and the
+    custom op's checks with it."""
+    native, triton = _pair("hunyuan", torch.bfloat16)
+    assert triton.freq_rows.shape == (40,)
+    buffer = torch.randint(0, 256, (4, 7), device=DEVICE)
+    positions = buffer[:, :6]
+    q, k = _qk(6, 2, 1, 48, torch.bfloat16)
+    exp = native(positions, q.clone(), k.clone())
+    out = triton(positions, q.clone(), k.clone())
+    torch.testing.assert_close(out[0], exp[0], rtol=2**-7, atol=1e-6)
+    torch.testing.assert_close(out[1], exp[1], rtol=2**-7, atol=1e-6)
+    args = (q, k, positions, triton.cos_sin_cache, triton.freq_rows, 48, True)
+    torch.library.opcheck(torch.ops.mrope.rotary_qk.default, args)

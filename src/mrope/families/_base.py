@@ -124,7 +124,7 @@ class Family:
     #: marker token ids a config may lack (the released checkpoints' values); a config's own win
     default_markers: ClassVar[Mapping[str, int]] = {}
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
-    #: three, (t, h, w), for every family but HunYuan-VL (:meth:`segment_rows_error`)
+    #: three, (t, h, w), for every family but HunYuan-VL (:attr:`segment_rows`)
     num_dims: ClassVar[int] = 3
     #: whether a token at sequence index ``i >= L`` (past the prompt) has position ``i + delta``, which the
     #: engine integrations serve (False: GLM-Image, whose generated image tokens take positions that
@@ -211,8 +211,8 @@ class Family:
         return {**self.default_markers, **given, **self.settings}
 
     def segment_rows_error(self, what: str) -> MRopeError | None:
-        """Why ``what`` (an engine integration, the rotary embedding), which takes the segment model's
-        rows (t, h, w) only, cannot take this family's positions; None: it can."""
+        """Why ``what`` (an engine integration), which takes the segment model's rows (t, h, w) only,
+        cannot take this family's positions; None: it can."""
         return None
 
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
@@ -549,18 +549,16 @@ class Family:
         ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of
         :func:`mrope.rotary.rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA
         graphs; ``positions_factor`` or ``max_position`` to size the cache past the token count).
-        A family of other than the three rows (t, h, w) raises :class:`MRopeError`
-        (:meth:`segment_rows_error`).
+        The module takes the family's :attr:`num_dims` rows of positions (:attr:`rotary_layout`
+        ``"hunyuan"``: one per ``mrope_section`` entry); a layout whose rows differ raises
+        :class:`MRopeError`.
         """
-        refused = self.segment_rows_error("MRotaryEmbedding") if self.num_dims != 3 else None
-        if refused is not None:
-            raise refused
         import torch
 
         from ..rotary import rotary_embedding_from_config
 
         text_config = self.config.get("text_config") or self.config
-        return rotary_embedding_from_config(
+        rope = rotary_embedding_from_config(
             text_config,
             layout=self.rotary_layout,
             is_neox_style=self.rotary_is_neox_style,
@@ -570,6 +568,12 @@ class Family:
             max_position=max_position,
             positions_factor=positions_factor,
         )
+        if rope.num_rows != self.num_dims:
+            raise MRopeError(
+                f"{self.model_type} gives {self.num_dims} rows of positions, but its rotary layout "
+                f"{self.rotary_layout!r} with mrope_section {list(rope.mrope_section)} takes {rope.num_rows}"
+            )
+        return rope
 
     # -- checks -------------------------------------------------------------------------------------
     @property

@@ -12,6 +12,9 @@ and ``hw0 = 0``, placed by :class:`~mrope.core.place.ItemBlocks` that keep the i
 it renders, reversed, are (width, height, ordinal), and the index rows lead them: the family states
 this as its :attr:`segment_rows`, which its positions and the serving table apply. The ordinal runs on
 across the rows of a batch, as transformers counts it (its counter is not reset per sample).
+
+Its rotary embedding (:meth:`rotary_embedding`) takes the ``num_dims`` rows: layout ``"hunyuan"`` of
+:mod:`mrope.rotary`, where the two channels of a rotation pair can take different rows.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class HunYuanVL(Family):
     model_types = ("hunyuan_vl",)
     takes_offsets = False
     prompt_layout = "hunyuan"
+    rotary_layout = "hunyuan"
     default_markers = {"image_start_token_id": 120118, "image_end_token_id": 120119}
     #: image tokens of a run beyond its grid's (the processor's ``cat_extra_token``: its first and last,
     #: which keep their index); a run without them is accepted too, as transformers accepts it

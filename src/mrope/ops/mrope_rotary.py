@@ -1,9 +1,12 @@
 """Fused M-RoPE rotation of query and key: one Triton program per token, all heads, in place.
 
-Each program reads its token's positions (three rows, one row, or ``seq_lens - 1 + delta`` for
+Each program reads its token's positions (the module's rows, one row, or ``seq_lens - 1 + delta`` for
 decode), takes the row of every frequency from ``freq_rows`` (the layout, computed once by the module),
 gathers cos and sin from the float32 ``[cos | sin]`` cache, and rotates the first ``rotary_dim``
 channels of every query and key head in float32, storing the result rounded once to the input dtype.
+Pair ``j`` becomes ``(x1 cos1 - x2 sin1, x2 cos2 + x1 sin2)``: one angle for both channels where the
+table has one row per frequency, else (HunYuan-VL) the first channel's angle from its row and the
+second's from its own (a table of ``rotary_dim`` rows, compiled as its own variant).
 Channels past ``rotary_dim`` are not touched. The kernel does not differentiate (inference path); use
 :func:`mrope.rotary.apply_mrope` for gradients.
 
@@ -27,8 +30,10 @@ def _rotate_heads(
     row_stride,
     head_stride,
     tok,
-    cos,
-    sin,
+    cos1,
+    sin1,
+    cos2,
+    sin2,
     freq,
     freq_mask,
     NUM_HEADS: tl.constexpr,
@@ -49,8 +54,8 @@ def _rotate_heads(
     x2 = tl.load(ptr + off2, mask=mask, other=0.0)
     x1f = x1.to(tl.float32)
     x2f = x2.to(tl.float32)
-    tl.store(ptr + off1, (x1f * cos - x2f * sin).to(x1.dtype), mask=mask)
-    tl.store(ptr + off2, (x2f * cos + x1f * sin).to(x1.dtype), mask=mask)
+    tl.store(ptr + off1, (x1f * cos1 - x2f * sin1).to(x1.dtype), mask=mask)
+    tl.store(ptr + off2, (x2f * cos2 + x1f * sin2).to(x1.dtype), mask=mask)
 
 
 @triton.jit
@@ -77,6 +82,7 @@ def _mrope_rotary_kernel(
     HALF_PAD: tl.constexpr,
     IS_NEOX: tl.constexpr,
     POS_MODE: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     freq = tl.arange(0, HALF_PAD)
@@ -95,15 +101,28 @@ def _mrope_rotary_kernel(
         )
     pos = tl.minimum(tl.maximum(pos, 0), max_position - 1)
     cache_row = cache_ptr + pos * (2 * HALF)
-    cos = tl.load(cache_row + freq, mask=freq_mask, other=0.0)[None, :]
-    sin = tl.load(cache_row + HALF + freq, mask=freq_mask, other=0.0)[None, :]
+    cos1 = tl.load(cache_row + freq, mask=freq_mask, other=0.0)[None, :]
+    sin1 = tl.load(cache_row + HALF + freq, mask=freq_mask, other=0.0)[None, :]
+    if SPLIT:
+        # the pairs' second channels take their rows from the table's second half
+        row2 = tl.load(rows_ptr + HALF + freq, mask=freq_mask, other=0).to(tl.int64)
+        pos2 = tl.load(pos_ptr + row2 * pos_row_stride + tok * pos_tok_stride, mask=freq_mask, other=0)
+        pos2 = tl.minimum(tl.maximum(pos2.to(tl.int64), 0), max_position - 1)
+        cache_row2 = cache_ptr + pos2 * (2 * HALF)
+        cos2 = tl.load(cache_row2 + freq, mask=freq_mask, other=0.0)[None, :]
+        sin2 = tl.load(cache_row2 + HALF + freq, mask=freq_mask, other=0.0)[None, :]
+    else:
+        cos2 = cos1
+        sin2 = sin1
     _rotate_heads(
         q_ptr,
         q_row_stride,
         q_head_stride,
         tok,
-        cos,
-        sin,
+        cos1,
+        sin1,
+        cos2,
+        sin2,
         freq,
         freq_mask,
         NUM_Q_HEADS,
@@ -116,8 +135,10 @@ def _mrope_rotary_kernel(
         k_row_stride,
         k_head_stride,
         tok,
-        cos,
-        sin,
+        cos1,
+        sin1,
+        cos2,
+        sin2,
         freq,
         freq_mask,
         NUM_KV_HEADS,
@@ -184,6 +205,7 @@ def _launch(
             HALF_PAD=triton.next_power_of_2(half),
             IS_NEOX=is_neox_style,
             POS_MODE=pos_mode,
+            SPLIT=pos_mode == _POS_3D and freq_rows.shape[0] == 2 * half,
             num_warps=8 if heads_max * half >= 4096 else 4,
         )
     for x, w in zip((query, key), work, strict=True):
@@ -210,13 +232,15 @@ def mrope_rotary_inplace(
     key : torch.Tensor
         Shape ``(num_tokens, num_kv_heads * head_size)`` or 3-D; same dtype as ``query``.
     positions : torch.Tensor
-        Shape ``(3, num_tokens)`` or ``(num_tokens,)``, integer, any strides, same device.
+        Shape ``(num_rows, num_tokens)`` or ``(num_tokens,)``, integer, any strides, same device.
     cos_sin_cache : torch.Tensor
         Shape ``(max_position, rotary_dim)``, float32 ``[cos | sin]``, contiguous, on the device of
         ``query``.
     freq_rows : torch.Tensor
         Shape ``(rotary_dim // 2,)``, integer, contiguous: the position row (0 t, 1 h, 2 w) of each
-        frequency (:attr:`mrope.MRotaryEmbedding.freq_rows`). Unused for 1-D positions.
+        frequency (:attr:`mrope.MRotaryEmbedding.freq_rows`); or ``(rotary_dim,)``: the row of each pair's
+        first channel, then of its second (a layout whose pairs' channels take different rows). Unused
+        for 1-D positions.
     head_size : int
         Channels per head; the first ``rotary_dim`` rotate.
     is_neox_style : bool

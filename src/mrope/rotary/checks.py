@@ -113,16 +113,17 @@ def check_position_dtype(name: str, dtype: torch.dtype) -> None:
     )
 
 
-def check_positions(positions: Any, query: torch.Tensor) -> torch.Tensor:
-    """``positions`` if it is a dense ``(3, num_tokens)`` or ``(num_tokens,)`` tensor of a position dtype
-    on ``query``'s device; :class:`MRopeError` otherwise."""
+def check_positions(positions: Any, query: torch.Tensor, num_rows: int = 3) -> torch.Tensor:
+    """``positions`` if it is a dense ``(num_rows, num_tokens)`` or ``(num_tokens,)`` tensor of a position
+    dtype on ``query``'s device; :class:`MRopeError` otherwise."""
     if not isinstance(positions, torch.Tensor):
         raise MRopeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
     check_dense("positions", positions)
     check_position_dtype("positions", positions.dtype)
-    if positions.ndim not in (1, 2) or (positions.ndim == 2 and positions.shape[0] != 3):
+    if positions.ndim not in (1, 2) or (positions.ndim == 2 and positions.shape[0] != num_rows):
         raise MRopeError(
-            f"positions must have shape (3, num_tokens) or (num_tokens,), got {tuple(positions.shape)}"
+            f"positions must have shape ({num_rows}, num_tokens) or (num_tokens,), "
+            f"got {tuple(positions.shape)}"
         )
     if isinstance(query, torch.Tensor) and positions.device != query.device:
         raise MRopeError(f"positions are on {positions.device}, query on {query.device}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from .._errors import MRopeError
 from ..families import DEFAULT_MROPE_SECTIONS  # transformers' defaults, used when a config leaves it out
 from .checks import is_int
+from .layouts import SPLIT_LAYOUTS
 from .module import MRotaryEmbedding
 
 
@@ -36,7 +38,10 @@ def rotary_embedding_from_config(
         num_attention_heads``), ``max_position_embeddings``, and from ``rope_parameters`` (5.x), else
         ``rope_scaling`` plus top-level keys (4.x ``config.json``): ``rope_theta``, ``rope_type``,
         ``mrope_section`` (else the family default from ``model_type``), ``partial_rotary_factor``.
-    layout : {"chunked", "interleaved", "ernie"}
+        With ``layout="hunyuan"``, HunYuan-VL's keys too: ``xdrope_section`` (``mrope_section``'s legacy
+        name), and rope type ``"dynamic"`` (legacy ``"xdrope"``) with a fixed ``alpha``, the NTK-alpha
+        base ``rope_theta * alpha ** (head_dim / (head_dim - 2))`` as transformers computes it.
+    layout : {"chunked", "interleaved", "ernie", "hunyuan"}
     is_neox_style : bool
     dtype : torch.dtype, default torch.bfloat16
     backend : {"auto", "native", "triton"}, default "auto"
@@ -58,8 +63,8 @@ def rotary_embedding_from_config(
     Raises
     ------
     MRopeError
-        A missing key, a rope type other than default/mrope (scaled RoPE is not M-RoPE here), or a
-        config that contradicts ``layout``.
+        A missing key, a rope type other than default/mrope (scaled RoPE is not M-RoPE here; HunYuan-VL's
+        fixed-alpha NTK is read with ``layout="hunyuan"``), or a config that contradicts ``layout``.
     """
     cfg = text_config.to_dict() if hasattr(text_config, "to_dict") else text_config
     if not isinstance(cfg, Mapping):
@@ -74,7 +79,15 @@ def rotary_embedding_from_config(
         return value
 
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", "mrope"):
+    ntk_alpha = layout in SPLIT_LAYOUTS and rope_type in ("dynamic", "xdrope")
+    if ntk_alpha:
+        alpha = rope.get("alpha")
+        if not is_real(alpha) or not math.isfinite(alpha) or not alpha > 0:
+            raise MRopeError(
+                f"rope type {rope_type!r} needs a fixed alpha > 0 (HunYuan-VL's NTK-alpha), got {alpha!r}: "
+                "dynamic NTK scaling, which changes with the sequence length, is not supported"
+            )
+    elif rope_type not in ("default", "mrope"):
         raise MRopeError(f"rope type {rope_type!r} is not supported; expected 'default' (or legacy 'mrope')")
     if rope.get("mrope_interleaved") and layout != "interleaved":
         raise MRopeError(f"config sets mrope_interleaved but layout is {layout!r}")
@@ -94,22 +107,29 @@ def rotary_embedding_from_config(
         head_size = hidden_size // heads
     head_size = positive("head_dim", head_size)
     factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    if (
-        not isinstance(factor, (int, float, np.integer, np.floating))
-        or isinstance(factor, (bool, np.bool_))
-        or not 0 < factor <= 1
-    ):
+    if not is_real(factor) or not 0 < factor <= 1:
         raise MRopeError(f"partial_rotary_factor must be a number in (0, 1], got {factor!r}")
-    section = rope.get("mrope_section") or DEFAULT_MROPE_SECTIONS.get(cfg.get("model_type", ""))
+    section = (
+        rope.get("mrope_section")
+        or (rope.get("xdrope_section") if layout in SPLIT_LAYOUTS else None)
+        or DEFAULT_MROPE_SECTIONS.get(cfg.get("model_type", ""))
+    )
     if max_position is None:
         if not is_int(positions_factor) or positions_factor < 1:
             raise MRopeError(f"positions_factor must be a positive int, got {positions_factor!r}")
         max_position = need("max_position_embeddings", cfg.get("max_position_embeddings")) * positions_factor
+    base = need("rope_theta", rope.get("rope_theta", cfg.get("rope_theta")))
+    if ntk_alpha and is_real(base):  # transformers' compute_ntk_alpha_rope_parameters, in Python floats
+        if head_size <= 2:
+            raise MRopeError(
+                f"NTK-alpha needs head_dim > 2 (alpha ** (head_dim / (head_dim - 2))), got {head_size}"
+            )
+        base = base * rope["alpha"] ** (head_size / (head_size - 2))
     return MRotaryEmbedding(
         head_size,
         int(head_size * factor),
         max_position,
-        need("rope_theta", rope.get("rope_theta", cfg.get("rope_theta"))),
+        base,
         [int(s) for s in need("mrope_section", section)],
         layout=layout,
         is_neox_style=is_neox_style,
@@ -117,6 +137,12 @@ def rotary_embedding_from_config(
         backend=backend,
         check_positions=check_positions,
     )
+
+
+def is_real(value: Any) -> bool:
+    """A Python or numpy real number, not a bool (a config's float field)."""
+    numeric = isinstance(value, (int, float, np.integer, np.floating))
+    return numeric and not isinstance(value, (bool, np.bool_))
 
 
 __all__ = ["rotary_embedding_from_config"]

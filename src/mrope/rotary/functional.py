@@ -47,7 +47,7 @@ def apply_mrope(
     --------
     apply_mrope_inplace : the in-place twin (fused Triton kernel on CUDA).
     """
-    positions = check_positions(positions, query)
+    positions = check_positions(positions, query, rope.num_rows)
     check_qk(
         query,
         key,

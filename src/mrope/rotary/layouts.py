@@ -1,6 +1,7 @@
-"""Which position row (t, h, w) each frequency takes: the three layouts and their checks (pure Python).
+"""Which position row each rotated channel takes: the layouts and their checks (pure Python).
 
-``"chunked"``, ``"interleaved"`` and ``"ernie"`` are described in :mod:`mrope.rotary`.
+``"chunked"``, ``"interleaved"`` and ``"ernie"`` give each frequency one of the rows (t, h, w);
+``"hunyuan"`` gives each channel of a rotation pair its own row; all are described in :mod:`mrope.rotary`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,38 @@ from typing import Any
 
 from .._errors import MRopeError
 
-LAYOUTS = ("chunked", "interleaved", "ernie")
+LAYOUTS = ("chunked", "interleaved", "ernie", "hunyuan")
+#: the layouts whose two channels of a rotation pair may take different rows (as many rows as sections)
+SPLIT_LAYOUTS = ("hunyuan",)
+
+
+def layout_num_rows(layout: str, mrope_section: tuple[int, ...]) -> int:
+    """Rows of positions ``layout`` takes: 3 (t, h, w), or one per section for a split layout."""
+    return len(mrope_section) if layout in SPLIT_LAYOUTS else 3
+
+
+@functools.lru_cache(maxsize=128)
+def pair_rows(layout: str, mrope_section: tuple[int, ...]) -> tuple[int, ...]:
+    """The position row of each of the ``2 * sum(mrope_section)`` rotated channels: the first channel of
+    every pair (frequency ``j``), then the second. The one-row-per-frequency layouts repeat
+    :func:`section_rows`; ``"hunyuan"`` splits ``[freqs | freqs]`` into chunks of ``2 * section[i]``,
+    chunk ``i`` from row ``i`` (transformers' ``HunYuanVLRotaryEmbedding.recomposition_frequencies``).
+
+    Raises
+    ------
+    MRopeError
+        Unknown layout, or sections that the layout cannot realise.
+    """
+    if layout not in SPLIT_LAYOUTS:
+        rows = section_rows(layout, mrope_section)  # type: ignore[arg-type]
+        return rows + rows
+    return tuple(row for row, size in enumerate(mrope_section) for _ in range(2 * size))
+
+
+def is_split(rows: tuple[int, ...]) -> bool:
+    """Whether the two channels of some rotation pair take different rows (``rows``: :func:`pair_rows`)."""
+    half = len(rows) // 2
+    return rows[:half] != rows[half:]
 
 
 @functools.lru_cache(maxsize=128)
@@ -22,7 +54,8 @@ def section_rows(layout: str, mrope_section: tuple[int, int, int]) -> tuple[int,
     Parameters
     ----------
     layout : str
-        ``"chunked"``, ``"interleaved"`` or ``"ernie"`` (see :mod:`mrope.rotary`).
+        ``"chunked"``, ``"interleaved"`` or ``"ernie"`` (see :mod:`mrope.rotary`); ``"hunyuan"``, whose
+        pairs' channels can take different rows, has :func:`pair_rows` instead.
     mrope_section : tuple of 3 int
         ``(t, h, w)`` for chunked and interleaved, ``(h, w, t)`` for ernie.
 
@@ -36,6 +69,8 @@ def section_rows(layout: str, mrope_section: tuple[int, int, int]) -> tuple[int,
     MRopeError
         Unknown layout, or sections that the layout cannot realise (ernie needs ``h == w``).
     """
+    if layout in SPLIT_LAYOUTS:
+        raise MRopeError(f"layout {layout!r} gives the two channels of a pair their own rows: see pair_rows")
     if layout not in LAYOUTS:
         raise MRopeError(f"layout {layout!r} is not one of {LAYOUTS}")
     half = sum(mrope_section)
@@ -62,9 +97,11 @@ def section_rows(layout: str, mrope_section: tuple[int, int, int]) -> tuple[int,
     return rows
 
 
-def check_section(mrope_section: Any) -> tuple[int, int, int]:
-    """``mrope_section`` as a tuple of 3 non-negative ints; :class:`MRopeError` for anything else."""
-    bad = MRopeError(f"mrope_section must be a sequence of 3 non-negative ints, got {mrope_section!r}")
+def check_section(mrope_section: Any, count: int | None = 3) -> tuple[int, ...]:
+    """``mrope_section`` as a tuple of ``count`` (any number, at least one, for None) non-negative ints;
+    :class:`MRopeError` for anything else."""
+    many = "a sequence of" + (f" {count}" if count is not None else "")
+    bad = MRopeError(f"mrope_section must be {many} non-negative ints, got {mrope_section!r}")
     if isinstance(mrope_section, (str, bytes, Mapping)):
         raise bad
     try:
@@ -72,9 +109,18 @@ def check_section(mrope_section: Any) -> tuple[int, int, int]:
         section = tuple(operator.index(s) for s in items if not isinstance(s, bool))
     except TypeError:
         raise bad from None
-    if len(items) != 3 or len(section) != 3 or any(s < 0 for s in section):
+    wrong_count = len(items) != count if count is not None else not items
+    if len(section) != len(items) or wrong_count or any(s < 0 for s in section):
         raise bad
-    return section  # type: ignore[return-value]
+    return section
 
 
-__all__ = ["LAYOUTS", "check_section", "section_rows"]
+__all__ = [
+    "LAYOUTS",
+    "SPLIT_LAYOUTS",
+    "check_section",
+    "is_split",
+    "layout_num_rows",
+    "pair_rows",
+    "section_rows",
+]

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from .._errors import MRopeError
-from .cache import MAX_POSITION_LIMIT, build_cos_sin_cache, column_index, cos_sin_rows, inv_freq
+from .cache import MAX_POSITION_LIMIT, build_cos_sin_cache, column_index, cos_sin_rows, inv_freq, row_table
 from .checks import check_decode, check_positions, check_qk, check_range, checked_or_clamped, is_int
-from .layouts import LAYOUTS, check_section, section_rows
+from .layouts import LAYOUTS, SPLIT_LAYOUTS, check_section, layout_num_rows, pair_rows
 from .native import rotate_qk_inplace
 
 BACKENDS = ("auto", "native", "triton")
@@ -38,10 +38,11 @@ class MRotaryEmbedding(nn.Module):
         :func:`rotary_embedding_from_config`).
     base : float
         RoPE base (``rope_theta``).
-    mrope_section : sequence of 3 int
-        Frequencies per position row, summing to ``rotary_dim // 2``; ``(t, h, w)`` except for
-        ``layout="ernie"``, which takes ``(h, w, t)`` as Ernie's config stores it.
-    layout : {"chunked", "interleaved", "ernie"}, default "chunked"
+    mrope_section : sequence of int
+        Frequencies per position row, summing to ``rotary_dim // 2``: 3 of them, ``(t, h, w)`` except for
+        ``layout="ernie"``, which takes ``(h, w, t)`` as Ernie's config stores it; for
+        ``layout="hunyuan"`` one per row of positions (HunYuan-VL's ``num_dims``, 4 in its checkpoints).
+    layout : {"chunked", "interleaved", "ernie", "hunyuan"}, default "chunked"
         Which frequencies take which row (see :mod:`mrope.rotary`).
     is_neox_style : bool, default True
         NeoX channel pairs ``(i, i + rotary_dim // 2)``; ``False`` for GPT-J pairs ``(2i, 2i + 1)``.
@@ -66,13 +67,18 @@ class MRotaryEmbedding(nn.Module):
     ----------
     cos_sin_cache : torch.Tensor
         Shape ``(max_position, rotary_dim)``, float32 buffer (not persistent): ``[cos | sin]``.
+    num_rows : int
+        Rows of positions the module takes, ``(num_rows, num_tokens)``: 3 (t, h, w), or
+        ``len(mrope_section)`` for ``layout="hunyuan"``.
     freq_rows : torch.Tensor
         Shape ``(rotary_dim // 2,)``, int64 buffer: the position row of each frequency, computed once
-        from the layout here and passed to the Triton kernel.
+        from the layout here and passed to the Triton kernel; shape ``(rotary_dim,)`` (the pairs' first
+        channels, then their second) for a layout whose pairs' channels take different rows.
     column_index : torch.Tensor
-        Shape ``(rotary_dim,)``, int64 buffer: where each ``[cos | sin]`` column lies among a token's
-        three cache rows side by side (``row * rotary_dim + column``), computed once from the layout;
-        the native path picks every token's columns with it in one gather.
+        Shape ``(rotary_dim,)`` (``(2 * rotary_dim,)`` where the pairs' channels take different rows),
+        int64 buffer: where each ``[cos | sin]`` column lies among a token's cache rows side by side
+        (``row * rotary_dim + column``), computed once from the layout; the native path picks every
+        token's columns with it in one gather.
     path : str
         ``"native"`` or ``"triton"``: the path integer positions take, chosen from ``backend`` at
         construction and again when the module moves (``.to(device)``), not per call.
@@ -123,15 +129,15 @@ class MRotaryEmbedding(nn.Module):
             or not base > 1
         ):
             raise MRopeError(f"base (rope_theta) must be a finite number > 1, got {base!r}")
-        section = check_section(mrope_section)
+        if not isinstance(layout, str) or layout not in LAYOUTS:
+            raise MRopeError(f"layout {layout!r} is not one of {LAYOUTS}")
+        section = check_section(mrope_section, None if layout in SPLIT_LAYOUTS else 3)
         if sum(section) != rotary_dim // 2:
             raise MRopeError(
                 f"mrope_section {list(section)} sums to {sum(section)}, "
                 f"expected rotary_dim // 2 = {rotary_dim // 2}"
             )
-        if not isinstance(layout, str) or layout not in LAYOUTS:
-            raise MRopeError(f"layout {layout!r} is not one of {LAYOUTS}")
-        rows = section_rows(layout, section)
+        rows = pair_rows(layout, section)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise MRopeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         if not isinstance(backend, str) or backend not in BACKENDS:
@@ -142,6 +148,7 @@ class MRotaryEmbedding(nn.Module):
         self.base = float(base)
         self.mrope_section = section
         self.layout = layout
+        self.num_rows = layout_num_rows(layout, section)
         self.is_neox_style = bool(is_neox_style)
         self.dtype = dtype
         self.backend = backend
@@ -150,7 +157,7 @@ class MRotaryEmbedding(nn.Module):
             "cos_sin_cache", build_cos_sin_cache(max_position, rotary_dim, base), persistent=False
         )
         self.register_buffer("inv_freq", inv_freq(rotary_dim, base), persistent=False)
-        self.register_buffer("freq_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
+        self.register_buffer("freq_rows", row_table(rows), persistent=False)
         self.register_buffer("column_index", column_index(rows), persistent=False)
         self.path = self._chosen_path()
 
@@ -198,8 +205,8 @@ class MRotaryEmbedding(nn.Module):
             return build_cos_sin_cache(self.max_position, self.rotary_dim, self.base)
         if name == "inv_freq":
             return inv_freq(self.rotary_dim, self.base)
-        rows = section_rows(self.layout, self.mrope_section)
-        return torch.tensor(rows, dtype=torch.int64) if name == "freq_rows" else column_index(rows)
+        rows = pair_rows(self.layout, self.mrope_section)
+        return row_table(rows) if name == "freq_rows" else column_index(rows)
 
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
@@ -209,10 +216,11 @@ class MRotaryEmbedding(nn.Module):
         Parameters
         ----------
         positions : torch.Tensor
-            Shape ``(3, num_tokens)`` (rows t, h, w) or ``(num_tokens,)`` for text and decode tokens
-            (all three rows equal); signed integer, or float32 (float64) for fractional positions
-            (Qwen3-Omni), same device as ``query``. bool, unsigned and float16/bfloat16 positions are
-            refused (masks in torch; rounded positions).
+            Shape ``(num_rows, num_tokens)`` (rows t, h, w; HunYuan-VL's ``num_dims`` rows for
+            ``layout="hunyuan"``) or ``(num_tokens,)`` for text and decode tokens (all rows equal);
+            signed integer, or float32 (float64) for fractional positions (Qwen3-Omni), same device as
+            ``query``. bool, unsigned and float16/bfloat16 positions are refused (masks in torch; rounded
+            positions).
         query : torch.Tensor
             Shape ``(num_tokens, num_q_heads * head_size)`` or ``(num_tokens, num_q_heads, head_size)``,
             dtype ``self.dtype``; may be a strided view (e.g. into a fused qkv tensor).
@@ -234,7 +242,7 @@ class MRotaryEmbedding(nn.Module):
         apply_mrope : the out-of-place, differentiable twin.
         MRotaryEmbedding.forward_decode : decode tokens from ``seq_lens`` and per-row deltas.
         """
-        positions = check_positions(positions, query)
+        positions = check_positions(positions, query, self.num_rows)
         self._check_qk_writable(query, key, positions.shape[-1])
         if self.path == "triton" and not positions.is_floating_point():
             from ..ops.mrope_rotary import mrope_rotary_inplace
@@ -300,21 +308,26 @@ class MRotaryEmbedding(nn.Module):
         Parameters
         ----------
         positions : torch.Tensor
-            Shape ``(3, num_tokens)`` or ``(num_tokens,)``, integer (gathered from the cache) or floating
-            (computed as ``positions.float() * inv_freq``, as transformers does).
+            Shape ``(num_rows, num_tokens)`` or ``(num_tokens,)``, integer (gathered from the cache) or
+            floating (computed as ``positions.float() * inv_freq``, as transformers does).
 
         Returns
         -------
         tuple of torch.Tensor
             ``cos, sin``, each shape ``(num_tokens, rotary_dim // 2)``, float32 (views of one
-            ``(num_tokens, rotary_dim)`` tensor).
+            ``(num_tokens, rotary_dim)`` tensor). For ``layout="hunyuan"``, whose pairs' channels can take
+            different rows, each ``(num_tokens, rotary_dim)``: the pairs' first channels', then their
+            second's (transformers' ``cos`` and ``sin`` of every channel).
         """
         rows = self._cos_sin_rows(positions)
         half = self.rotary_dim // 2
-        return rows[:, :half], rows[:, half:]
+        if self.layout not in SPLIT_LAYOUTS:
+            return rows[:, :half], rows[:, half:]
+        sides = rows.view(-1, 1, self.rotary_dim).expand(-1, 2, -1) if rows.ndim == 2 else rows
+        return sides[..., :half].reshape(-1, self.rotary_dim), sides[..., half:].reshape(-1, self.rotary_dim)
 
     def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
-        """``[cos | sin]`` of every token, ``(num_tokens, rotary_dim)``, float32 (see :meth:`cos_sin`)."""
+        """``[cos | sin]`` of every token, float32 (:func:`~.cache.cos_sin_rows`, :meth:`cos_sin`)."""
         return cos_sin_rows(positions, self.cos_sin_cache, self.inv_freq, self.freq_rows, self.column_index)
 
 

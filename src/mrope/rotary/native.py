@@ -1,6 +1,7 @@
 """The native torch rotation, taking tensors: query and key rotated in place (a chunked CPU kernel that
 keeps its work buffers in the core's cache) or into new tensors (differentiable), from every token's
-float32 ``[cos | sin]`` row (:func:`mrope.rotary.cache.cos_sin_rows`)."""
+float32 ``[cos | sin]`` row (:func:`mrope.rotary.cache.cos_sin_rows`): one for both channels of every
+pair, or one for the pairs' first channels and one for their second (``(num_tokens, 2, rotary_dim)``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import torch
 def rotate_qk_inplace(
     query: torch.Tensor, key: torch.Tensor, cos_sin: torch.Tensor, head_size: int, is_neox_style: bool
 ) -> None:
-    """Rotate the first ``rotary_dim`` channels (``cos_sin.shape[1]``) of every head of ``query`` and ``key``
+    """Rotate the first ``rotary_dim`` channels (``cos_sin.shape[-1]``) of every head of ``query`` and ``key``
     in place, in float32 (float64 for float64 inputs) rounded once to their dtype; ``cos_sin`` has shape
-    ``(num_tokens, rotary_dim)``."""
+    ``(num_tokens, rotary_dim)`` or ``(num_tokens, 2, rotary_dim)`` (:func:`_cos_sin_factors`)."""
     factors = _cos_sin_factors(cos_sin, query.dtype, is_neox_style)
     with torch.no_grad():
         _rotate_inplace(query, factors, head_size, is_neox_style)
@@ -24,7 +25,7 @@ def rotated_qk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New ``(query, key)`` rotated as :func:`rotate_qk_inplace` rotates them (input shapes and dtype,
     contiguous, differentiable); the inputs are not modified."""
-    rotary_dim = cos_sin.shape[1]
+    rotary_dim = cos_sin.shape[-1]
     factors = _cos_sin_factors(cos_sin, query.dtype, is_neox_style)
     outs = []
     for x in (query, key):
@@ -65,23 +66,28 @@ def _paired(first: torch.Tensor, second: torch.Tensor, is_neox_style: bool) -> t
 def _cos_sin_factors(
     cos_sin: torch.Tensor, dtype: torch.dtype, is_neox_style: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The factors of the rotation ``x * C + (x2 * -sin, x1 * sin)`` from ``(num_tokens, rotary_dim)``
-    ``[cos | sin]``: ``C`` (halves ``(cos, cos)``, ``(num_tokens, 1, rotary_dim)``), ``-sin`` and
-    ``sin`` (``(num_tokens, 1, rotary_dim // 2)``), in the compute dtype of ``dtype`` (float32, or
-    float64 for float64 inputs)."""
-    cos, sin = cos_sin.to(torch.promote_types(dtype, torch.float32))[:, None].chunk(2, dim=-1)
-    return _paired(cos, cos, is_neox_style), -sin, sin
+    """The factors of the rotation ``x * C + (x2 * -sin1, x1 * sin2)``: ``C`` (halves ``(cos1, cos2)``,
+    ``(num_tokens, 1, rotary_dim)``), ``-sin1`` and ``sin2`` (``(num_tokens, 1, rotary_dim // 2)``), in
+    the compute dtype of ``dtype`` (float32, or float64 for float64 inputs). ``cos_sin`` is
+    ``(num_tokens, rotary_dim)`` ``[cos | sin]`` of both channels of every pair, or
+    ``(num_tokens, 2, rotary_dim)``: the first channels' ``[cos1 | sin1]``, then the second's."""
+    compute = cos_sin.to(torch.promote_types(dtype, torch.float32))
+    if compute.ndim == 2:
+        cos1, sin1 = cos2, sin2 = compute[:, None].chunk(2, dim=-1)
+    else:
+        (cos1, sin1), (cos2, sin2) = (side[:, None].chunk(2, dim=-1) for side in compute.unbind(1))
+    return _paired(cos1, cos2, is_neox_style), -sin1, sin2
 
 
 def _rotated(
     rot: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor], is_neox_style: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated channel sets of ``rot`` (``(num_tokens, num_heads, rotary_dim)``), new tensors in the
-    compute dtype: ``x1 * cos - x2 * sin`` and ``x2 * cos + x1 * sin``, each product rounded (the float32
-    arithmetic of transformers in float32)."""
-    cos, sin = _halves(factors[0], is_neox_style)[0], factors[2]
-    x1, x2 = (h.to(cos.dtype) for h in _halves(rot, is_neox_style))
-    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    compute dtype: ``x1 * cos1 - x2 * sin1`` and ``x2 * cos2 + x1 * sin2``, each product rounded (the
+    float32 arithmetic of transformers in float32)."""
+    (cos1, cos2), minus_sin1, sin2 = _halves(factors[0], is_neox_style), factors[1], factors[2]
+    x1, x2 = (h.to(cos1.dtype) for h in _halves(rot, is_neox_style))
+    return x1 * cos1 + x2 * minus_sin1, x2 * cos2 + x1 * sin2
 
 
 def _rotate_inplace(
@@ -93,8 +99,8 @@ def _rotate_inplace(
     """Rotate the first ``rotary_dim`` channels of every head of ``x`` in place (``factors`` from
     :func:`_cos_sin_factors`); the result rounds once to ``x``'s dtype.
 
-    On the CPU: the products ``x2 * -sin`` and ``x1 * sin``, then ``x * C`` plus them in place, the bits
-    of :func:`_rotated` (``a + b * -s`` is ``a - b * s`` exactly). A tensor of more than one chunk goes
+    On the CPU: the products ``x2 * -sin1`` and ``x1 * sin2``, then ``x * C`` plus them in place, the bits
+    of :func:`_rotated`. A tensor of more than one chunk goes
     a chunk of tokens at a time through work buffers that stay in the core's cache (the products into
     the halves of a scratch ``P``, then ``x * C + P`` over whole rows). On other devices and under
     torch.compile (which fuses the ops) :func:`_rotated` computes the values whole.
@@ -151,7 +157,7 @@ def _rotate_chunk(
     p1: torch.Tensor,
     p2: torch.Tensor,
 ) -> None:
-    """``x = x * cos2 + p`` in place with ``p``'s halves ``p1 = x2 * -sin`` and ``p2 = x1 * sin`` (``x1``,
+    """``x = x * cos2 + p`` in place with ``p``'s halves ``p1 = x2 * -sin1`` and ``p2 = x1 * sin2`` (``x1``,
     ``x2`` the halves of ``x``, ``cos2`` the cos factor of both halves)."""
     torch.mul(x2, minus_sin, out=p1)
     torch.mul(x1, sin, out=p2)
