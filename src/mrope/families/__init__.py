@@ -22,6 +22,7 @@ from .hy_v4_vl import HYV4VL
 from .inputs import ArrayLike, PromptItem, RequestInputs
 from .isaac import Isaac
 from .keye import Keye
+from .minicpmv4_7 import MiniCPMV4_7
 from .openpangu_vl import OpenPanguVL
 from .paddleocr_vl import PaddleOCRVL
 from .qwen2_5_omni import Qwen2_5Omni
@@ -52,6 +53,7 @@ FAMILIES: tuple[type[Family], ...] = (
     HYV4VL,
     HunYuanVL,
     GlmImage,
+    MiniCPMV4_7,
     Sequential,
 )
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}

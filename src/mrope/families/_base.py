@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from ..rotary import MRotaryEmbedding
 
 
-# what each setting holds (token ids, named ``*_token_id``, are ints >= 0): "size", an int >= 1; "rate",
-# a finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk)
+# what each setting holds (token ids, named ``*_id``, are ints >= 0): "size", an int >= 1; "rate", a
+# finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk); "choice", one
+# of SETTING_CHOICES
 SETTING_KINDS = {
     "spatial_merge_size": "size",
     "temporal_merge_size": "size",
@@ -58,13 +59,21 @@ SETTING_KINDS = {
     "tokens_per_second": "rate",
     "position_id_per_seconds": "rate",
     "seconds_per_chunk": "rate",
+    "downsample_mode": "choice",
 }
+#: the values a "choice" setting takes
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {"downsample_mode": ("16x", "4x")}
 
 
 def check_setting(model_type: str, name: str, value: Any) -> None:
     """Refuse a setting of the wrong kind (see :data:`SETTING_KINDS`): a NaN, negative or string rate
     would give silently wrong positions, a zero merge size a division by zero."""
-    kind = "id" if name.endswith("_token_id") else SETTING_KINDS[name]
+    kind = "id" if name.endswith("_id") else SETTING_KINDS[name]
+    if kind == "choice":
+        if value not in SETTING_CHOICES[name]:
+            choices = " or ".join(map(repr, SETTING_CHOICES[name]))
+            raise MRopeError(f"{model_type}: {name} must be {choices}, got {value!r}")
+        return
     is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if kind == "rate":
         is_number = is_int or isinstance(value, (float, np.floating))
@@ -134,6 +143,10 @@ class Family:
     #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
     #: config without it names the field)
     setting_sources: ClassVar[Mapping[str, str]] = {}
+    #: why the family's positions are not the segment model's (None: they are); such a family computes
+    #: them itself, and what takes segments (:meth:`segments`, hence the serving table, :func:`mrope.show`
+    #: and the engine integrations) refuses it with this reason (MiniCPM-V 4.7)
+    not_segments: ClassVar[str | None] = None
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
@@ -213,7 +226,12 @@ class Family:
     def segment_rows_error(self, what: str) -> MRopeError | None:
         """Why ``what`` (an engine integration), which takes the segment model's rows (t, h, w) only,
         cannot take this family's positions; None: it can."""
-        return None
+        if self.not_segments is None:
+            return None
+        return MRopeError(
+            f"{self.model_type}: {what} takes mrope's segments, which cannot express its positions: "
+            f"{self.not_segments}"
+        )
 
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
         """Each row's positions (3, n) of the tokens generated after a padded batch's prompts, for a
@@ -266,18 +284,22 @@ class Family:
         images_per_sample: ArrayLike | None = None,
         row_starts: np.ndarray | None = None,
         row_lengths: np.ndarray | None = None,
+        **extra_inputs: Any,
     ) -> RequestInputs:
         """The checked inputs of one call (see :meth:`positions` for the arguments): every rule on them
         is checked here, once. ``row_starts`` and ``row_lengths`` (int64 arrays, the batch API) make
         ``input_ids`` a stream of several rows; by default it is one prompt. ``images_per_sample``
-        (GLM-Image's, the grids of each row) is refused here: the family that takes it reads it."""
+        (GLM-Image's, the grids of each row) and ``extra_inputs`` (other families' inputs) are refused
+        here: the family that takes them reads them."""
         if audio_seqlens is not None or use_audio_in_video is not None or images_per_sample is not None:
-            given = {
+            extra_inputs = {
+                **extra_inputs,
                 "audio_seqlens": audio_seqlens,
                 "use_audio_in_video": use_audio_in_video,
                 "images_per_sample": images_per_sample,
             }
-            self.check_extra_inputs({k: v for k, v in given.items() if v is not None})
+        if extra_inputs:
+            self.check_extra_inputs({k: v for k, v in extra_inputs.items() if v is not None})
         if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
             raise MRopeError(self.no_offsets_message())
         ids: np.ndarray | list[int]
@@ -370,6 +392,7 @@ class Family:
         frame_offsets: ArrayLike | None = None,
         items: Sequence[PromptItem] | None = None,
         layout: bool = False,
+        **extra_inputs: Any,
     ) -> tuple[SegmentTable | OneRowLayout, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
@@ -379,10 +402,11 @@ class Family:
         are written anywhere: :class:`mrope.serving.PositionTable` writes them straight into its pool).
         GLM-Image's table covers the tokens its prompt generates too (:mod:`mrope.families.glm_image`).
         The table renders the rows (t, h, w); the family's rows follow from them by :attr:`segment_rows`
-        (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's."""
+        (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's.
+        A family whose positions are not segments (:attr:`not_segments`) raises :class:`MRopeError`."""
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
         given += (audio_seqlens, use_audio_in_video, frame_offsets)
-        return self.one_prompt(input_ids, given, items, segments=True, layout=layout)
+        return self.one_prompt(input_ids, given, items, segments=True, layout=layout, extra=extra_inputs)
 
     def positions(
         self,
@@ -397,6 +421,7 @@ class Family:
         use_audio_in_video: bool | None = None,
         frame_offsets: ArrayLike | None = None,
         items: Sequence[PromptItem] | None = None,
+        **extra_inputs: Any,
     ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
@@ -438,6 +463,9 @@ class Family:
             those are; a family with a rule on items (:attr:`rule_on_items`: Qwen2-VL, Qwen2.5-VL,
             PaddleOCR-VL) checks and places a few of them without building an array (a serving
             engine's admission), the others convert them.
+        **extra_inputs : the inputs of a family that takes others than these (its :attr:`extra_inputs`:
+            MiniCPM-V 4.7's ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``); every other
+            family refuses them.
 
         Returns
         -------
@@ -456,7 +484,7 @@ class Family:
         """
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
         given += (audio_seqlens, use_audio_in_video, frame_offsets)
-        return self.one_prompt(input_ids, given, items, segments=False)
+        return self.one_prompt(input_ids, given, items, segments=False, extra=extra_inputs)
 
     def one_prompt(
         self,
@@ -466,11 +494,18 @@ class Family:
         *,
         segments: bool,
         layout: bool = False,
+        extra: Mapping[str, Any] | None = None,
     ) -> tuple[Any, int | float]:
         """:meth:`positions` (or, with ``segments``, :meth:`segments`) from their arguments: ``given``
-        the array inputs in :meth:`request_inputs`' order, or ``items``."""
+        the array inputs in :meth:`request_inputs`' order, or ``items``; ``extra`` the family's others."""
+        if segments:
+            refused = self.segment_rows_error("Family.segments (the serving table, show, the engines)")
+            if refused is not None:
+                raise refused
         if items is None:
-            inputs = self.request_inputs(input_ids, *given)  # (positionally: the admission path)
+            inputs = self.request_inputs(input_ids, *given, **(extra or {}))  # (positionally: admission)
+        elif extra:
+            raise MRopeError(f"items replaces the inputs: give it or {', '.join(sorted(extra))}")
         else:
             inputs = self.from_items(input_ids, items, given)
             if type(inputs) is tuple:  # the blocks of a family's rule on items
@@ -526,12 +561,19 @@ class Family:
         """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
         unknown = sorted(set(inputs) - set(self.extra_inputs)) if inputs else None
         if unknown:
+            owners = sorted(
+                {t for cls in _families() if set(unknown) & set(cls.extra_inputs) for t in cls.model_types}
+            )
             takes = (
                 f"it takes {', '.join(self.extra_inputs)}"
                 if self.extra_inputs
                 else "only the Omni families do"
-                if "images_per_sample" not in unknown
+                if set(unknown) <= {"audio_seqlens", "use_audio_in_video"}
                 else "only GLM-Image does"
+                if unknown == ["images_per_sample"]
+                else f"only for {', '.join(owners)}"
+                if owners
+                else "no family does"
             )
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
@@ -610,6 +652,16 @@ class Family:
         if image_tokens + video_tokens > length:
             raise_too_many_tokens(images, videos, length, merge, temporal)
         return images, videos, check_second_per_grid_ts(self, second_per_grid_ts, videos)
+
+
+def _families() -> list[type[Family]]:
+    """Every family class defined (the subclasses of :class:`Family`, at any depth)."""
+    found, todo = [], [Family]
+    while todo:
+        subclasses = todo.pop().__subclasses__()
+        found += subclasses
+        todo += subclasses
+    return found
 
 
 def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:

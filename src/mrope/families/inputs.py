@@ -66,6 +66,9 @@ class RequestInputs(NamedTuple):
     row_lengths: np.ndarray | None = None  # (num_rows,) int64
     #: GLM-Image: the grids of each row, in order (its ``images_per_sample``), checked; None elsewhere
     images_per_row: np.ndarray | None = None
+    #: MiniCPM-V 4.7: the spatial merge of the call's ``downsample_mode`` (its crops' grids are ``images``
+    #: and ``videos`` as (1, H, W)); None elsewhere
+    merge: int | None = None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """``(row_starts, row_lengths)`` of the stream (int64 arrays)."""
