@@ -24,6 +24,7 @@ def get_rope_index(
     audio_seqlens: ArrayLike | None = None,
     use_audio_in_video: bool | None = None,
     images_per_sample: ArrayLike | None = None,
+    **extra_inputs: Any,
 ) -> tuple[ArrayLike, ArrayLike]:
     """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
 
@@ -48,6 +49,9 @@ def get_rope_index(
     images_per_sample : (B,) int, optional (GLM-Image only): the grids of each row, in order (its complete
         images', then those of the images to generate), as its processor gives them; needed by a batch
         of several rows with grids
+    **extra_inputs : the inputs of a family that takes others (its ``extra_inputs``: MiniCPM-V 4.7's
+        ``target_sizes`` and ``target_sizes_videos``, the crops' (H, W) patch grids in batch order, and
+        ``downsample_mode``); every other family refuses them
 
     Returns
     -------
@@ -71,6 +75,7 @@ def get_rope_index(
             images_per_sample=images_per_sample,
             row_starts=row_starts,
             row_lengths=row_lengths,
+            **extra_inputs,
         )
 
     if batch == 0:  # nothing to place; grids must still describe no placeholders

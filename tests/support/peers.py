@@ -49,6 +49,7 @@ TRANSFORMERS_MODELS = {
     "hy_v4_vl": ("hy_v4_vl", "HYV4VLModel"),
     "hunyuan_vl": ("hunyuan_vl", "HunYuanVLModel"),
     "glm_image": ("glm_image", "GlmImageModel"),
+    "minicpmv4_7": ("minicpmv4_7", "MiniCPMV4_7Model"),
     "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniPreTrainedModelForConditionalGeneration"),
     "qwen3_omni_moe": ("qwen3_omni_moe", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"),
 }
@@ -130,6 +131,33 @@ def transformers_glm_image_rope_index(
         fake_self, input_ids, image_grid_thw, images_per_sample, attention_mask
     )
     return positions, deltas, fake_self._cached_decode_position_ids
+
+
+def transformers_minicpmv4_7_rope_index(
+    family: Family,
+    config: Any,
+    input_ids: Any,
+    *,
+    target_sizes: Any = None,
+    target_sizes_videos: Any = None,
+    downsample_mode: str | None = None,
+    attention_mask: Any = None,
+) -> tuple[Any, Any]:
+    """MiniCPM-V 4.7's ``get_rope_index`` (its own signature: per-crop target sizes, the token types the
+    processor gives), unbound on a config object."""
+    owner = _transformers_owner("minicpmv4_7")
+    fake_self = types.SimpleNamespace(config=config, _frame_end_idx=owner._frame_end_idx)
+    for name in ("get_vision_position_ids", "_group_visual_frames"):
+        setattr(fake_self, name, types.MethodType(getattr(owner, name), fake_self))
+    return owner.get_rope_index(
+        fake_self,
+        input_ids,
+        mm_token_type_ids(family, input_ids),
+        target_sizes,
+        target_sizes_videos,
+        downsample_mode,
+        attention_mask,
+    )
 
 
 def _transformers_omni_rope_index(

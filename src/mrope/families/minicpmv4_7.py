@@ -50,12 +50,13 @@ MARKERS = ("slice_start_id", "slice_end_id", "image_start_id", "image_end_id", "
 def resampled(i: np.ndarray, n: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``round(torch.linspace(0, c - 1, n))[i]`` elementwise (int64), in the float32 arithmetic of torch's
     kernel: ``step * i`` in the first half, ``end - step * (n - 1 - i)`` with one rounding (a fused
-    multiply-add) in the second; ties to even. (``n == c``: ``i`` exactly.)"""
+    multiply-add) in the second; ties to even; 0 for ``n == 1``. (``n == c``: ``i`` exactly.)"""
     end = (c - 1).astype(np.float32)
     step = end / np.maximum(n - 1, 1).astype(np.float32)
     low = step * i.astype(np.float32)
     high = (end.astype(np.float64) - step.astype(np.float64) * (n - 1 - i)).astype(np.float32)
-    return np.rint(np.where(i < n // 2, low, high)).astype(np.int64)
+    values = np.rint(np.where(i < n // 2, low, high)).astype(np.int64)
+    return np.where(n > 1, values, 0)  # (one step: the start)
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -356,6 +357,8 @@ class MiniCPMV4_7(Family):
         keep &= index < f["span_end"][owner]
         index, owner, key = index[keep], owner[keep], key[keep]
         hs, ws = np.concatenate(h)[keep], np.concatenate(w)[keep]
+        if not index.size:
+            return
         winner = np.lexsort((key, index))  # the last write to each index wins
         latest = np.append(index[winner][1:] != index[winner][:-1], True)
         chosen = winner[latest]

@@ -8,7 +8,9 @@ empty, stores ``rope_deltas`` and later uses ``index + rope_deltas``. The patch 
 the model object (not its class): it takes the same arguments, returns positions in the dtype and on
 the device of ``input_ids`` and the same ``rope_deltas``, so transformers' loop around it is unchanged.
 The token ids, merge sizes and time scales are read from the model's config once, at :func:`patch`;
-the token types are read from the ids (``mm_token_type_ids`` is accepted and not needed).
+the token types are read from the ids (``mm_token_type_ids`` is accepted and not needed). A family's
+other inputs (its ``extra_inputs``: GLM-Image's ``images_per_sample``, MiniCPM-V 4.7's ``target_sizes``,
+``target_sizes_videos`` and ``downsample_mode``) are passed on by transformers' names for them.
 GLM-Image's generated tokens do not take ``index + delta`` (``family.decode_follows_index`` is False):
 its forward positions them from two attributes its own ``get_rope_index`` sets at prefill, which the
 patched method sets too, ``_cached_decode_position_ids`` (from ``family.batch_generation_positions``)
@@ -101,7 +103,9 @@ class MRopeRopeIndex:
         # read only what transformers' method reads: a family that does not scale time gets no seconds
         self.seconds_name = next((n for n in _SECONDS_NAMES if n in names), None)
         self.takes_audio = all(n in names for n in _AUDIO_NAMES)
-        self.takes_images_per_sample = "images_per_sample" in family.extra_inputs
+        # the family's other inputs (GLM-Image's images_per_sample, MiniCPM-V 4.7's target sizes and
+        # downsample_mode), passed by transformers' names, which are the family's
+        self.extra_names = tuple(n for n in family.extra_inputs if n not in _AUDIO_NAMES)
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if args:
@@ -122,8 +126,8 @@ class MRopeRopeIndex:
         if self.takes_audio:
             inputs["audio_seqlens"] = kwargs.get("audio_seqlens")
             inputs["use_audio_in_video"] = bool(kwargs.get("use_audio_in_video"))
-        if self.takes_images_per_sample:
-            inputs["images_per_sample"] = kwargs.get("images_per_sample")
+        for name in self.extra_names:
+            inputs[name] = kwargs.get(name)
         positions, deltas = get_rope_index(
             self.family,
             input_ids,
@@ -287,8 +291,9 @@ def rope_index(
         sample ``(L,)``), ``attention_mask``, ``image_grid_thw``, ``video_grid_thw``,
         ``second_per_grid_ts`` (Omni: ``video_second_per_grid``; read only for families that scale video
         time, as transformers does), ``feature_attention_mask`` or ``audio_feature_lengths`` (Omni
-        audio), ``images_per_sample`` (GLM-Image). Everything else (``mm_token_type_ids``, pixel
-        tensors) is ignored.
+        audio), ``images_per_sample`` (GLM-Image), ``target_sizes`` and ``target_sizes_videos``
+        (MiniCPM-V 4.7; its ``downsample_mode`` is the config's, or ``from_config(config,
+        downsample_mode=...)``'s). Everything else (``mm_token_type_ids``, pixel tensors) is ignored.
     compat : None (default: the family's own; a config is read under the installed transformers'
         convention), ``"vllm"`` or ``"transformers"`` (a family is then used under it).
     use_audio_in_video : Omni only: every video carries its audio (the processor's argument of that name).
@@ -342,8 +347,9 @@ def rope_index(
         extra["audio_seqlens"] = audio_seqlens
     if use_audio_in_video is not None:
         extra["use_audio_in_video"] = use_audio_in_video
-    if "images_per_sample" in family.extra_inputs:  # GLM-Image: the grids of each row
-        extra["images_per_sample"] = inputs.get("images_per_sample")
+    for name in family.extra_inputs:  # the family's others (GLM-Image, MiniCPM-V 4.7), by their names
+        if name not in _AUDIO_NAMES:
+            extra[name] = inputs.get(name)
     positions, deltas = get_rope_index(
         family,
         input_ids,

@@ -1,0 +1,255 @@
+"""MiniCPM-V 4.7 (``mrope.families.minicpmv4_7``) against transformers 5.24's own ``get_rope_index`` (unbound
+on its config) on prompts in its processor's layout: images with and without slices (rows of slices
+joined by a newline, slices of their own sizes, ragged rows), videos of several frames, text between
+them (newlines, image ids, nothing); padded batches; both downsample modes; the errors; and the refusals
+of what takes segments."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mrope
+from mrope import MRopeError
+from mrope.serving import PositionTable
+from support.peers import as_numpy, require, transformers_minicpmv4_7_rope_index
+
+IMAGE, VIDEO, IMAGE_START, IMAGE_END, SLICE_START, SLICE_END, NEWLINE = range(90001, 90008)
+ID_START, ID_END = 90010, 90011  # the processor's <image_id>N</image_id> (text to the rule)
+IDS = {
+    "image_token_id": IMAGE,
+    "video_token_id": VIDEO,
+    "image_start_id": IMAGE_START,
+    "image_end_id": IMAGE_END,
+    "slice_start_id": SLICE_START,
+    "slice_end_id": SLICE_END,
+    "newline_id": NEWLINE,
+}
+TEXT = st.one_of(st.integers(1000, 9000), st.just(NEWLINE))
+MERGES = {"16x": 4, "4x": 2}
+
+
+def config(**fields):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model("minicpmv4_7", **IDS, **fields)
+
+
+@pytest.fixture(scope="module")
+def minicpm():
+    """(config, family) with the markers above, downsample_mode 16x."""
+    require("torch", "transformers")
+    cfg = config()
+    return cfg, mrope.from_config(cfg)
+
+
+@st.composite
+def sizes(draw: st.DrawFn, merge: int, most: int = 5) -> list[int]:
+    """A crop's (H, W) patch grid: merged sides 1..most, now and then with patches the merge drops."""
+    extra = st.integers(0, merge - 1) if draw(st.integers(0, 3)) == 0 else st.just(0)
+    return [
+        draw(st.integers(1, most)) * merge + draw(extra),
+        draw(st.integers(1, most)) * merge + draw(extra),
+    ]
+
+
+def crop(token: int, size: list[int], merge: int) -> list[int]:
+    return [token] * ((size[0] // merge) * (size[1] // merge))
+
+
+@st.composite
+def frame(draw: st.DrawFn, token: int, merge: int, video: bool) -> tuple[list[int], list[list[int]]]:
+    """One picture or video frame as the processor writes it: ``<image>`` thumbnail ``</image>``, then (or
+    not) rows of ``<slice>`` crop ``</slice>`` joined by newlines; its crops' sizes, thumbnail first.
+    Slices of an image may differ in size; a ragged tiling (rows of different lengths) is not the
+    processor's but is transformers' rule too."""
+    thumb = draw(sizes(merge))
+    ids = [IMAGE_START, *crop(token, thumb, merge), IMAGE_END]
+    found = [thumb]
+    if draw(st.booleans()):
+        rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        lengths = [cols] * rows
+        if draw(st.integers(0, 5)) == 0:
+            lengths = draw(st.lists(st.integers(1, 3), min_size=rows, max_size=rows))
+        shared = draw(sizes(merge, 4))
+        lines = []
+        for length in lengths:
+            line = []
+            for _ in range(length):
+                size = shared if video or draw(st.booleans()) else draw(sizes(merge, 4))
+                line += [SLICE_START, *crop(token, size, merge), SLICE_END]
+                found.append(size)
+            lines.append(line)
+        for i, line in enumerate(lines):
+            ids += ([NEWLINE] if i else []) + line
+    return ids, found
+
+
+@st.composite
+def prompts(draw: st.DrawFn, merge: int = 4, max_items: int = 3) -> tuple[list[int], dict[str, list]]:
+    """A prompt in the processor's layout and its ``target_sizes`` and ``target_sizes_videos``: text,
+    images (after an ``<image_id>`` text or not) and videos (frames back to back), text between them
+    that may be empty or newlines only (items then share a group)."""
+    ids: list[int] = draw(st.lists(TEXT, max_size=4))
+    images: list[list[int]] = []
+    videos: list[list[int]] = []
+    for n in range(draw(st.integers(0, max_items))):
+        if draw(st.booleans()):
+            if draw(st.booleans()):
+                ids += [ID_START, 2000 + n, ID_END]
+            more, found = draw(frame(IMAGE, merge, video=False))
+            ids += more
+            images += found
+        else:
+            for _ in range(draw(st.integers(1, 4))):
+                more, found = draw(frame(VIDEO, merge, video=True))
+                ids += more
+                videos += found
+        ids += draw(st.lists(TEXT, max_size=4))
+    if not ids:
+        ids = [1000]
+    return ids, {"target_sizes": images or None, "target_sizes_videos": videos or None}
+
+
+def torch_sizes(found: dict[str, list]) -> dict:
+    import torch
+
+    return {k: None if v is None else torch.tensor(v, dtype=torch.int32) for k, v in found.items()}
+
+
+def check_prompt(cfg, family, ids, found, mode=None) -> None:
+    import torch
+
+    expected, deltas = transformers_minicpmv4_7_rope_index(
+        family, cfg, torch.tensor([ids]), downsample_mode=mode, **torch_sizes(found)
+    )
+    positions, delta = family.positions(ids, downsample_mode=mode, **found)
+    np.testing.assert_array_equal(positions, as_numpy(expected)[:, 0], strict=True)
+    assert delta == as_numpy(deltas)[0, 0] == positions.max() + 1 - len(ids)
+
+
+@given(prompt=prompts())
+def test_prompts_match_transformers(minicpm, prompt):
+    check_prompt(*minicpm, *prompt)
+
+
+@settings(max_examples=50)
+@given(prompt=prompts(merge=2))
+def test_downsample_mode_4x_per_call_and_from_the_config_match_transformers(minicpm, prompt):
+    cfg, family = minicpm
+    check_prompt(cfg, family, *prompt, mode="4x")
+    cfg4 = config(downsample_mode="4x")
+    family4 = mrope.from_config(cfg4)
+    assert family4.spatial_merge_size == 2
+    check_prompt(cfg4, family4, *prompt)
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_padded_batches_match_transformers(minicpm, data):
+    import torch
+
+    cfg, family = minicpm
+    rows = data.draw(st.lists(prompts(max_items=2), min_size=1, max_size=3), label="prompts")
+    length = max(len(ids) for ids, _ in rows) + data.draw(st.integers(0, 2), label="extra padding")
+    left = data.draw(st.booleans(), label="left padding")
+    ids = torch.zeros((len(rows), length), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, (row, _) in enumerate(rows):
+        span = slice(length - len(row), length) if left else slice(0, len(row))
+        ids[r, span] = torch.tensor(row)
+        mask[r, span] = 1
+    found = {
+        k: sum((f[k] or [] for _, f in rows), []) or None for k in ("target_sizes", "target_sizes_videos")
+    }
+    expected, expected_deltas = transformers_minicpmv4_7_rope_index(
+        family, cfg, ids, attention_mask=mask, **torch_sizes(found)
+    )
+    positions, deltas = mrope.get_rope_index(family, ids, attention_mask=mask, **torch_sizes(found))
+    assert positions.dtype == torch.long and deltas.shape == (len(rows), 1)
+    np.testing.assert_array_equal(as_numpy(positions), as_numpy(expected), strict=True)
+    np.testing.assert_array_equal(as_numpy(deltas), as_numpy(expected_deltas), strict=True)
+
+
+def test_a_thumbnail_is_resampled_over_its_slice_canvas_as_torch_rounds_linspace(minicpm):
+    """A 7-row thumbnail over a 12-row canvas: ``linspace(0, 11, 7)`` holds 5.5, which torch's float32
+    rounds to 6 (ties to even); the slices tile the canvas."""
+    cfg, family = minicpm
+    ids = [IMAGE_START, *[IMAGE] * 7, IMAGE_END]
+    for row in range(2):
+        ids += [NEWLINE] * (row > 0) + [SLICE_START, *[IMAGE] * 6, SLICE_END]
+    found = {"target_sizes": [[28, 4], [24, 4], [24, 4]], "target_sizes_videos": None}
+    check_prompt(cfg, family, ids, found)
+    positions, _ = family.positions(ids, **found)
+    assert positions[1, 1:8].tolist() == [0, 2, 4, 6, 7, 9, 11]  # (origin 0)
+
+
+def test_the_rule_checks_every_crop_against_transformers_on_edges(minicpm):
+    """Two pictures separated by a newline share a group; a newline after a picture is inside it; a
+    crop that is the first of its row's slices without a frame before it opens a frame."""
+    cfg, family = minicpm
+    one = [IMAGE_START, *[IMAGE] * 4, IMAGE_END]
+    check_prompt(cfg, family, one + [NEWLINE] + one + [NEWLINE, 1000], {"target_sizes": [[8, 8]] * 2})
+    check_prompt(cfg, family, [SLICE_START, *[IMAGE] * 4, SLICE_END, 1000], {"target_sizes": [[8, 8]]})
+    check_prompt(cfg, family, [1000, 1001], {})
+
+
+def test_errors_name_what_is_wrong(minicpm):
+    _, family = minicpm
+    one = [5, IMAGE_START, *[IMAGE] * 4, IMAGE_END]
+    with pytest.raises(MRopeError, match=r"holds 1 image crops .* but target_sizes has 2 sizes"):
+        family.positions(one, target_sizes=[[8, 8], [8, 8]])
+    with pytest.raises(MRopeError, match=r"target_sizes\[0\] = \(8, 12\) is a crop of 4 tokens .* = 6"):
+        family.positions(one, target_sizes=[[8, 12]])
+    with pytest.raises(MRopeError, match=r"index 1: a crop .* must follow <image>"):
+        family.positions([5, *[IMAGE] * 4], target_sizes=[[8, 8]])
+    with pytest.raises(MRopeError, match=r"index 0: a crop"):
+        family.positions([*[IMAGE] * 4], target_sizes=[[8, 8]])
+    mixed = one + [SLICE_START, *[VIDEO] * 4, SLICE_END]
+    with pytest.raises(MRopeError, match="a slice of another modality"):
+        family.positions(mixed, target_sizes=[[8, 8]], target_sizes_videos=[[8, 8]])
+    with pytest.raises(MRopeError, match="downsample_mode must be '16x' or '4x', got '8x'"):
+        family.positions(one, target_sizes=[[8, 8]], downsample_mode="8x")
+    with pytest.raises(MRopeError, match=r"target_sizes must be \(num_crops, 2\)"):
+        family.positions(one, target_sizes=[[1, 8, 8]])
+    with pytest.raises(MRopeError, match="takes no image_grid_thw: its crops' grids are target_sizes"):
+        family.positions(one, image_grid_thw=[[1, 8, 8]])
+    with pytest.raises(MRopeError, match="takes no offsets"):
+        family.positions(one, image_offsets=[2], target_sizes=[[8, 8]])
+    with pytest.raises(MRopeError, match=r"qwen2_vl takes no target_sizes \(only for minicpmv4_7\)"):
+        mrope.from_config(
+            {"model_type": "qwen2_vl", "image_token_id": 1, "video_token_id": 2, "spatial_merge_size": 2}
+        ).positions([1000], target_sizes=[[8, 8]])
+    with pytest.raises(MRopeError, match="minicpmv4_7: downsample_mode must be '16x' or '4x'"):
+        mrope.from_config({"model_type": "minicpmv4_7", **IDS, "downsample_mode": "2x"})
+    with pytest.raises(MRopeError, match="needs the setting 'newline_id'"):
+        mrope.from_config(
+            {"model_type": "minicpmv4_7", **{k: v for k, v in IDS.items() if k != "newline_id"}}
+        )
+    with pytest.raises(MRopeError, match="its token ids must differ"):
+        mrope.from_config({"model_type": "minicpmv4_7", **IDS, "newline_id": IMAGE})
+
+
+def test_what_takes_segments_refuses_it(minicpm, tmp_path):
+    from mrope.integrations._vllm_inputs import unsupported_reason
+
+    _, family = minicpm
+    one = [IMAGE_START, *[IMAGE] * 4, IMAGE_END]
+    reason = "h and w on different bases and the thumbnail is resampled"
+    with pytest.raises(
+        MRopeError, match=f"Family.segments .*cannot express its positions: slices and .*{reason}"
+    ):
+        family.segments(one, target_sizes=[[8, 8]])
+    table = PositionTable(max_requests=2)
+    with pytest.raises(MRopeError, match=reason):
+        table.add(0, family, one)
+    with pytest.raises(MRopeError, match=f"mrope.show .*{reason}"):
+        mrope.show(family, one, path=tmp_path / "minicpm.png")
+    assert "mrope's vLLM integration takes mrope's segments" in unsupported_reason(family)
+
+
+def test_the_rotary_embedding_is_qwen3_5s(minicpm):
+    require("torch")
+    _, family = minicpm
+    rope = family.rotary_embedding()
+    assert rope.num_rows == 3
