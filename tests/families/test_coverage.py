@@ -16,10 +16,7 @@ from support.peers import FAMILY_SETUPS, TRANSFORMERS_MODELS, require_module
 
 transformers = require_module("transformers")
 
-KNOWN_UNSUPPORTED = {
-    "minicpmv4_7": "the thumbnail is resampled over the slice canvas (round(linspace): strides of 2-4, one "
-    "segment per token), and slices and markers put h and w on different bases (a segment has one)",
-}
+KNOWN_UNSUPPORTED: dict[str, str] = {}
 
 #: supported model types whose only peer is vLLM (no transformers ``get_rope_index``): tested element for
 #: element against vLLM's own ``get_mrope_input_positions`` in tests/integrations/vllm/test_vllm_positions.py,
@@ -40,12 +37,20 @@ VLLM_PEER_ONLY = {
 OWN_PEER_TESTS = {
     "glm_image": "prompts carry the grids of the images still to be generated and batches images_per_sample "
     "(tests/families/test_glm_image.py)",
+    "minicpmv4_7": "its crops take target_sizes, not grids, and its positions are not segments "
+    "(tests/families/test_minicpmv4_7.py)",
 }
+
+#: supported model types without a layout in mrope.prompts (their test module lays out their prompts)
+NO_PROMPT_LAYOUT = {"minicpmv4_7": "per-crop target_sizes and slices, not grids"}
 
 
 #: supported model types whose default transformers config lacks a field the rule needs (the family's
 #: error names it; the family table's config gives it)
-DEFAULT_CONFIG_LACKS = {"hunyuan_vl": "text_config.rope_parameters.mrope_section"}
+DEFAULT_CONFIG_LACKS = {
+    "hunyuan_vl": "text_config.rope_parameters.mrope_section",
+    "minicpmv4_7": "image_token_id",  # (its checkpoints' config.json holds its token ids)
+}
 
 
 def models_with_get_rope_index() -> set[str]:
@@ -102,7 +107,10 @@ def test_every_supported_type_has_a_peer_adapter_and_a_default_config():
 def test_every_supported_type_is_in_the_family_table_with_a_prompt_layout():
     tabled = {setup.model_type for setup in FAMILY_SETUPS.values()}
     for model_type in sorted(set(mrope.supported_model_types()) - set(VLLM_PEER_ONLY)):
-        assert REGISTRY[model_type].prompt_layout is not None, f"{model_type}'s family has no prompt_layout"
+        if model_type not in NO_PROMPT_LAYOUT:
+            assert REGISTRY[model_type].prompt_layout is not None, (
+                f"{model_type}'s family has no prompt_layout"
+            )
         if not model_type.endswith("_thinker") and model_type not in OWN_PEER_TESTS:
             assert model_type in tabled, (
                 f"{model_type} is not in the family table (support.peers.FAMILY_SETUPS)"

@@ -352,9 +352,9 @@ def test_patch_refuses_what_is_not_a_supported_vlm() -> None:
         def get_rope_index(self, input_ids: Any, **kwargs: Any) -> None:
             raise NotImplementedError
 
-    unknown = UnknownVLM("minicpmv4_7")
+    unknown = UnknownVLM("llava")
     with pytest.raises(
-        mrope.MRopeError, match=r"UnknownVLM cannot be patched: unsupported model_type 'minicpmv4_7'"
+        mrope.MRopeError, match=r"UnknownVLM cannot be patched: unsupported model_type 'llava'"
     ):
         mt.patch(unknown)
     assert "get_rope_index" not in vars(unknown)
@@ -596,3 +596,81 @@ def test_rope_index_in_a_dataset_and_collate() -> None:
     real = batch["attention_mask"].bool()
     assert torch.equal(got[real], expected[real])
     assert torch.equal(rope_deltas, expected_deltas)
+
+
+# -- MiniCPM-V 4.7: its own inputs (per-crop target sizes), positions that are not segments --------------
+def minicpmv4_7_inputs() -> dict[str, Any]:
+    """A left-padded batch for the tiny MiniCPM-V 4.7 (no pixels): a picture with two rows of two slices
+    and a newline after it; text only; a picture without slices next to a video of two frames."""
+    ids = tiny_vlms.MINICPMV4_7_IDS
+    image, video, start, end = (
+        ids["image_token_id"],
+        ids["video_token_id"],
+        ids["image_start_id"],
+        ids["image_end_id"],
+    )
+    slice_start, slice_end, newline = ids["slice_start_id"], ids["slice_end_id"], ids["newline_id"]
+    slices = [slice_start, *[image] * 6, slice_end]
+    rows = [
+        [5, 6, start, *[image] * 6, end, *slices, *slices, newline, *slices, *slices, newline, 7, 8],
+        [5, 6, 7, 8, 9],
+        [5, start, *[image] * 4, end, 6, *[start, *[video] * 2, end] * 2, 7],
+    ]
+    length = max(map(len, rows))
+    input_ids = torch.tensor([[0] * (length - len(row)) + row for row in rows])
+    return {
+        "input_ids": input_ids,
+        "attention_mask": (torch.arange(length) >= length - torch.tensor([[len(r)] for r in rows])).long(),
+        "target_sizes": torch.tensor([[8, 12], *[[12, 8]] * 4, [8, 8]], dtype=torch.int32),
+        "target_sizes_videos": torch.tensor([[4, 8], [4, 8]], dtype=torch.int32),
+        "mm_token_type_ids": (input_ids == image).int() + 2 * (input_ids == video).int(),
+    }
+
+
+def test_minicpmv4_7_generate_gives_transformers_tokens(monkeypatch) -> None:
+    """The patch maps transformers' inputs (target sizes, token types) onto the family's: ``generate``
+    gives transformers' tokens and scores, its own ``get_rope_index`` raising if called; and the
+    data-pipeline call equals transformers' positions and deltas."""
+    model = tiny_vlms.tiny_minicpmv4_7()
+    inputs = minicpmv4_7_inputs()
+    expected = greedy(model, inputs)
+    expected_positions = type(model.model).get_rope_index(model.model, **inputs)
+    with patched(model), without_transformers_positions(model, monkeypatch):
+        assert_same_generation(expected, greedy(model, inputs), "minicpmv4_7, patched")
+        positions, deltas = model.model.get_rope_index(**inputs)
+    assert torch.equal(positions, expected_positions[0]) and torch.equal(deltas, expected_positions[1])
+    positions, deltas = mt.rope_index(model.config, inputs)
+    assert torch.equal(positions, expected_positions[0]) and torch.equal(deltas, expected_positions[1])
+    assert_same_generation(expected, greedy(model, inputs), "minicpmv4_7, after unpatch")
+
+
+def test_minicpmv4_7_wrong_positions_change_the_tokens() -> None:
+    """The negative control: every token in order (vLLM's positions without ``uses_mrope_canvas``) changes
+    the tokens, and a thumbnail not resampled over its slice canvas the scores."""
+    model = tiny_vlms.tiny_minicpmv4_7()
+    inputs = minicpmv4_7_inputs()
+    expected = greedy(model, inputs)
+    with patched(model):
+        right = model.model.get_rope_index
+
+        def in_order(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            positions, deltas = right(*args, **kwargs)
+            index = (kwargs["attention_mask"].cumsum(-1) - 1).clamp(min=0) * kwargs["attention_mask"]
+            return index.expand_as(positions).clone(), torch.zeros_like(deltas)
+
+        def not_resampled(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            positions, deltas = right(*args, **kwargs)
+            thumbnail = slice(3, 9)  # the first row's thumbnail, a 2 x 3 grid over a 6 x 4 canvas
+            positions[1:, 0, thumbnail] = positions[0, 0, thumbnail] + torch.tensor(
+                [[0, 0, 0, 1, 1, 1], [0, 1, 2] * 2]
+            )
+            return positions, deltas
+
+        try:
+            model.model.get_rope_index = in_order
+            assert not torch.equal(greedy(model, inputs)[0], expected[0])
+            model.model.get_rope_index = not_resampled  # (too small a change for this model's tokens)
+            assert not torch.equal(greedy(model, inputs)[1], expected[1])
+        finally:
+            model.model.get_rope_index = right
+        assert_same_generation(expected, greedy(model, inputs), "minicpmv4_7, patch restored")

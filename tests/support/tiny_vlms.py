@@ -248,6 +248,42 @@ def tiny_glm_image() -> Any:
     return model
 
 
+#: MiniCPM-V 4.7's token ids in the tiny vocabulary (its config has none by default)
+MINICPMV4_7_IDS = dict(
+    zip(
+        ("image_token_id", "video_token_id", "image_start_id", "image_end_id", "slice_start_id")
+        + ("slice_end_id", "newline_id"),
+        range(VOCAB - 16, VOCAB - 9),
+        strict=True,
+    )
+)
+
+
+@functools.cache
+def tiny_minicpmv4_7() -> Any:
+    """A tiny ``MiniCPMV4_7ForConditionalGeneration`` in eval mode (its Qwen3.5 text model of one full
+    attention layer; built once per session: callers must leave it unpatched). Its prompts carry no
+    pixels: the placeholders keep their token embeddings, their positions come from ``target_sizes``."""
+    from transformers import AutoConfig
+    from transformers.models.minicpmv4_7.modeling_minicpmv4_7 import MiniCPMV4_7ForConditionalGeneration
+
+    default = AutoConfig.for_model("minicpmv4_7").to_dict()
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = AutoConfig.for_model(
+        "minicpmv4_7",
+        text_config=_text_config(default["text_config"]),
+        vision_config=vision,
+        insert_layer_id=0,
+        **MINICPMV4_7_IDS,
+    )
+    torch.manual_seed(0)
+    model = MiniCPMV4_7ForConditionalGeneration(config).eval()
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None
+    model.generation_config.bos_token_id = None
+    return model
+
+
 @dataclass(frozen=True)
 class Image:
     """An image of merged size H' x W'."""
