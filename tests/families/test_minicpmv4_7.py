@@ -4,6 +4,8 @@ joined by a newline, slices of their own sizes, ragged rows), videos of several 
 them (newlines, image ids, nothing); padded batches; both downsample modes; the errors; and the refusals
 of what takes segments."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,109 +14,35 @@ from hypothesis import strategies as st
 import mrope
 from mrope import MRopeError
 from mrope.serving import PositionTable
+from support.minicpmv4_7 import (
+    IDS,
+    IMAGE,
+    IMAGE_END,
+    IMAGE_START,
+    NEWLINE,
+    SLICE_END,
+    SLICE_START,
+    VIDEO,
+    config,
+    prompts,
+)
 from support.peers import as_numpy, require, transformers_minicpmv4_7_rope_index
-
-IMAGE, VIDEO, IMAGE_START, IMAGE_END, SLICE_START, SLICE_END, NEWLINE = range(90001, 90008)
-ID_START, ID_END = 90010, 90011  # the processor's <image_id>N</image_id> (text to the rule)
-IDS = {
-    "image_token_id": IMAGE,
-    "video_token_id": VIDEO,
-    "image_start_id": IMAGE_START,
-    "image_end_id": IMAGE_END,
-    "slice_start_id": SLICE_START,
-    "slice_end_id": SLICE_END,
-    "newline_id": NEWLINE,
-}
-TEXT = st.one_of(st.integers(1000, 9000), st.just(NEWLINE))
-MERGES = {"16x": 4, "4x": 2}
-
-
-def config(**fields):
-    from transformers import AutoConfig
-
-    return AutoConfig.for_model("minicpmv4_7", **IDS, **fields)
 
 
 @pytest.fixture(scope="module")
 def minicpm():
-    """(config, family) with the markers above, downsample_mode 16x."""
+    """(config, family) with the markers of ``support.minicpmv4_7``, downsample_mode 16x."""
     require("torch", "transformers")
     cfg = config()
     return cfg, mrope.from_config(cfg)
 
 
-@st.composite
-def sizes(draw: st.DrawFn, merge: int, most: int = 5) -> list[int]:
-    """A crop's (H, W) patch grid: merged sides 1..most, now and then with patches the merge drops."""
-    extra = st.integers(0, merge - 1) if draw(st.integers(0, 3)) == 0 else st.just(0)
-    return [
-        draw(st.integers(1, most)) * merge + draw(extra),
-        draw(st.integers(1, most)) * merge + draw(extra),
-    ]
-
-
-def crop(token: int, size: list[int], merge: int) -> list[int]:
-    return [token] * ((size[0] // merge) * (size[1] // merge))
-
-
-@st.composite
-def frame(draw: st.DrawFn, token: int, merge: int, video: bool) -> tuple[list[int], list[list[int]]]:
-    """One picture or video frame as the processor writes it: ``<image>`` thumbnail ``</image>``, then (or
-    not) rows of ``<slice>`` crop ``</slice>`` joined by newlines; its crops' sizes, thumbnail first.
-    Slices of an image may differ in size; a ragged tiling (rows of different lengths) is not the
-    processor's but is transformers' rule too."""
-    thumb = draw(sizes(merge))
-    ids = [IMAGE_START, *crop(token, thumb, merge), IMAGE_END]
-    found = [thumb]
-    if draw(st.booleans()):
-        rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-        lengths = [cols] * rows
-        if draw(st.integers(0, 5)) == 0:
-            lengths = draw(st.lists(st.integers(1, 3), min_size=rows, max_size=rows))
-        shared = draw(sizes(merge, 4))
-        lines = []
-        for length in lengths:
-            line = []
-            for _ in range(length):
-                size = shared if video or draw(st.booleans()) else draw(sizes(merge, 4))
-                line += [SLICE_START, *crop(token, size, merge), SLICE_END]
-                found.append(size)
-            lines.append(line)
-        for i, line in enumerate(lines):
-            ids += ([NEWLINE] if i else []) + line
-    return ids, found
-
-
-@st.composite
-def prompts(draw: st.DrawFn, merge: int = 4, max_items: int = 3) -> tuple[list[int], dict[str, list]]:
-    """A prompt in the processor's layout and its ``target_sizes`` and ``target_sizes_videos``: text,
-    images (after an ``<image_id>`` text or not) and videos (frames back to back), text between them
-    that may be empty or newlines only (items then share a group)."""
-    ids: list[int] = draw(st.lists(TEXT, max_size=4))
-    images: list[list[int]] = []
-    videos: list[list[int]] = []
-    for n in range(draw(st.integers(0, max_items))):
-        if draw(st.booleans()):
-            if draw(st.booleans()):
-                ids += [ID_START, 2000 + n, ID_END]
-            more, found = draw(frame(IMAGE, merge, video=False))
-            ids += more
-            images += found
-        else:
-            for _ in range(draw(st.integers(1, 4))):
-                more, found = draw(frame(VIDEO, merge, video=True))
-                ids += more
-                videos += found
-        ids += draw(st.lists(TEXT, max_size=4))
-    if not ids:
-        ids = [1000]
-    return ids, {"target_sizes": images or None, "target_sizes_videos": videos or None}
-
-
-def torch_sizes(found: dict[str, list]) -> dict:
+def torch_sizes(found: dict[str, Any]) -> dict:
+    """The target sizes of ``found`` as the processor gives them (int32 tensors)."""
     import torch
 
-    return {k: None if v is None else torch.tensor(v, dtype=torch.int32) for k, v in found.items()}
+    names = ("target_sizes", "target_sizes_videos")
+    return {k: None if found.get(k) is None else torch.tensor(found[k], dtype=torch.int32) for k in names}
 
 
 def check_prompt(cfg, family, ids, found, mode=None) -> None:
@@ -123,7 +51,8 @@ def check_prompt(cfg, family, ids, found, mode=None) -> None:
     expected, deltas = transformers_minicpmv4_7_rope_index(
         family, cfg, torch.tensor([ids]), downsample_mode=mode, **torch_sizes(found)
     )
-    positions, delta = family.positions(ids, downsample_mode=mode, **found)
+    sizes = {k: found.get(k) for k in ("target_sizes", "target_sizes_videos")}
+    positions, delta = family.positions(ids, downsample_mode=mode, **sizes)
     np.testing.assert_array_equal(positions, as_numpy(expected)[:, 0], strict=True)
     assert delta == as_numpy(deltas)[0, 0] == positions.max() + 1 - len(ids)
 
