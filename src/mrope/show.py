@@ -107,8 +107,8 @@ def show(
     """
     if not isinstance(family, Family):
         raise MRopeError(f"family must be a mrope Family (mrope.from_config), got {type(family).__name__}")
-    refused = family.segment_rows_error("mrope.show (which draws them from the segment table)")
-    if refused is not None and family.not_segments is not None:  # (other rows it draws)
+    refused = family.segments_error("mrope.show (which draws them from the segment table)")
+    if refused is not None:
         raise refused
     out = Path(path)
     if out.suffix.lower() != ".png":

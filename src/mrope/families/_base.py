@@ -226,6 +226,11 @@ class Family:
     def segment_rows_error(self, what: str) -> MRopeError | None:
         """Why ``what`` (an engine integration), which takes the segment model's rows (t, h, w) only,
         cannot take this family's positions; None: it can."""
+        return self.segments_error(what)
+
+    def segments_error(self, what: str) -> MRopeError | None:
+        """Why ``what``, which takes mrope's segments, cannot take this family's positions
+        (:attr:`not_segments`); None: they are segments."""
         if self.not_segments is None:
             return None
         return MRopeError(
@@ -499,7 +504,7 @@ class Family:
         """:meth:`positions` (or, with ``segments``, :meth:`segments`) from their arguments: ``given``
         the array inputs in :meth:`request_inputs`' order, or ``items``; ``extra`` the family's others."""
         if segments:
-            refused = self.segment_rows_error("Family.segments (the serving table, show, the engines)")
+            refused = self.segments_error("Family.segments (the serving table, show, the engines)")
             if refused is not None:
                 raise refused
         if items is None:
