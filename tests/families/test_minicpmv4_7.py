@@ -123,8 +123,8 @@ def test_the_rule_checks_every_crop_against_transformers_on_edges(minicpm):
     check_prompt(cfg, family, [1000, 1001], {})
 
 
-def test_errors_name_what_is_wrong(minicpm):
-    _, family = minicpm
+def test_errors_name_what_is_wrong():
+    family = mrope.from_config({"model_type": "minicpmv4_7", **IDS})
     one = [5, IMAGE_START, *[IMAGE] * 4, IMAGE_END]
     with pytest.raises(MRopeError, match=r"holds 1 image crops .* but target_sizes has 2 sizes"):
         family.positions(one, target_sizes=[[8, 8], [8, 8]])
@@ -159,10 +159,10 @@ def test_errors_name_what_is_wrong(minicpm):
         mrope.from_config({"model_type": "minicpmv4_7", **IDS, "newline_id": IMAGE})
 
 
-def test_what_takes_segments_refuses_it(minicpm, tmp_path):
+def test_what_takes_segments_refuses_it(tmp_path):
     from mrope.integrations._vllm_inputs import unsupported_reason
 
-    _, family = minicpm
+    family = mrope.from_config({"model_type": "minicpmv4_7", **IDS})
     one = [IMAGE_START, *[IMAGE] * 4, IMAGE_END]
     reason = "h and w on different bases and the thumbnail is resampled"
     with pytest.raises(
