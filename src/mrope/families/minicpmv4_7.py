@@ -30,14 +30,14 @@ The token types are read from the ids (``mm_token_type_ids`` is not needed); ``d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
-from ._base import Family
+from ._base import Family, check_setting
 from .inputs import ArrayLike, RequestInputs, Seconds
 
 _NONE = np.zeros((0, 3), dtype=np.int64)
@@ -45,6 +45,29 @@ _NONE = np.zeros((0, 3), dtype=np.int64)
 MERGES = {"16x": 4, "4x": 2}
 #: the config fields of the markers, in transformers' order
 MARKERS = ("slice_start_id", "slice_end_id", "image_start_id", "image_end_id", "newline_id")
+
+
+class Canvas(NamedTuple):
+    """A stream's crops (in order) and frames (in order), as :meth:`MiniCPMV4_7.frames` finds them."""
+
+    start: np.ndarray  # each crop's first token
+    end: np.ndarray  # one past its last
+    height: np.ndarray  # its merged grid
+    width: np.ndarray
+    frame: np.ndarray  # its frame
+    is_slice: np.ndarray  # a slice (else its frame's thumbnail)
+    rank: np.ndarray  # its rank among its frame's slices (-1: the thumbnail)
+    gap: np.ndarray  # tokens between it and the next crop
+    has_next: np.ndarray  # a slice followed by a slice of its frame
+    frame_start: np.ndarray  # each frame's <image>
+    frame_end: np.ndarray  # one past the markers after its last crop (within its row)
+    span_end: np.ndarray  # the next frame's <image> where it is of the same group, else frame_end
+    cols: np.ndarray  # its slices' columns (0 without slices)
+    slices: np.ndarray  # its slices
+    slice_h: np.ndarray  # its first slice's grid (0 without slices)
+    slice_w: np.ndarray
+    canvas_h: np.ndarray  # its canvas
+    canvas_w: np.ndarray
 
 
 def resampled(i: np.ndarray, n: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -109,8 +132,7 @@ class MiniCPMV4_7(Family):
         and the merge of ``downsample_mode`` (None: the family's)."""
         inputs = super().request_inputs(input_ids, *args, **kwargs)
         mode = self.downsample_mode if downsample_mode is None else downsample_mode
-        if mode not in MERGES:
-            raise MRopeError(f"{self.model_type}: downsample_mode must be '16x' or '4x', got {mode!r}")
+        check_setting(self.model_type, "downsample_mode", mode)
         images = self.crop_sizes(target_sizes, "target_sizes")
         videos = self.crop_sizes(target_sizes_videos, "target_sizes_videos")
         return inputs._replace(images=images, videos=videos, merge=MERGES[mode])
@@ -140,6 +162,7 @@ class MiniCPMV4_7(Family):
         return _NONE, _NONE, None
 
     def parse(self, inputs: RequestInputs) -> Any:
+        """No blocks: the family's positions are not segments (:meth:`stream_positions` computes them)."""
         raise MRopeError(f"{self.model_type}: {self.not_segments}")
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
@@ -167,9 +190,9 @@ class MiniCPMV4_7(Family):
     # -- the crops and frames of a stream ----------------------------------------------------------------
     def frames(
         self, ids: np.ndarray, inputs: RequestInputs, row: np.ndarray, row_end: np.ndarray, real: np.ndarray
-    ) -> dict[str, np.ndarray]:
+    ) -> Canvas:
         """Every crop with its merged grid and place on its frame's canvas, and every frame: its span,
-        canvas and group, as arrays (the names: see the code)."""
+        canvas and group."""
         kind = np.where(ids == self.image_token_id, 1, np.where(ids == self.video_token_id, 2, 0)) * real
         opens = kind != 0
         opens[1:] &= (kind[1:] != kind[:-1]) | (row[1:] != row[:-1])
@@ -236,27 +259,26 @@ class MiniCPMV4_7(Family):
         follows = np.zeros(frames_count, dtype=bool)  # the next frame is of the same group
         follows[:-1] = joins[1:]
         span_end = np.where(follows, np.append(frame_start[1:], 0), frame_end)
-        return {
-            "start": start,
-            "end": end,
-            "height": height,
-            "width": width,
-            "frame": frame,
-            "is_slice": is_slice,
-            "rank": rank,
-            "gap": gap,
-            "has_next": has_next,
-            "frame_start": frame_start,
-            "frame_end": frame_end,
-            "span_end": span_end,
-            "rows": rows,
-            "cols": cols,
-            "slices": slices,
-            "slice_h": slice_h,
-            "slice_w": slice_w,
-            "canvas_h": canvas_h,
-            "canvas_w": canvas_w,
-        }
+        return Canvas(
+            start,
+            end,
+            height,
+            width,
+            frame,
+            is_slice,
+            rank,
+            gap,
+            has_next,
+            frame_start,
+            frame_end,
+            span_end,
+            cols,
+            slices,
+            slice_h,
+            slice_w,
+            canvas_h,
+            canvas_w,
+        )
 
     def crop_grids(
         self,
@@ -298,12 +320,12 @@ class MiniCPMV4_7(Family):
 
     # -- positions --------------------------------------------------------------------------------------
     def render(
-        self, ids: np.ndarray, f: dict[str, np.ndarray], starts: np.ndarray, row: np.ndarray, real: np.ndarray
+        self, ids: np.ndarray, f: Canvas, starts: np.ndarray, row: np.ndarray, real: np.ndarray
     ) -> np.ndarray:
         """The positions of a stream from its crops and frames (:meth:`frames`)."""
         n = ids.size
-        frame_start, span_end = f["frame_start"], f["span_end"]
-        step = np.maximum(f["canvas_h"], f["canvas_w"]) + 1
+        frame_start, span_end = f.frame_start, f.span_end
+        step = np.maximum(f.canvas_h, f.canvas_w) + 1
         # the running position: 1 per text token, each frame's step at its <image>, nothing inside it
         inside = np.zeros(n + 1, dtype=np.int64)
         np.add.at(inside, frame_start, 1)
@@ -326,25 +348,25 @@ class MiniCPMV4_7(Family):
         self.write_crops(positions, f, origin)
         return positions
 
-    def write_markers(self, positions: np.ndarray, f: dict[str, np.ndarray], origin: np.ndarray) -> None:
+    def write_markers(self, positions: np.ndarray, f: Canvas, origin: np.ndarray) -> None:
         """The h and w of the markers (and newlines) of each frame, as transformers writes them in order
         (a later write wins), within the frame's span (the next frame's writes win past it)."""
-        start, end, frame, is_slice, rank = f["start"], f["end"], f["frame"], f["is_slice"], f["rank"]
-        cols, slice_h, slice_w = f["cols"], f["slice_h"], f["slice_w"]
+        start, end, frame, is_slice, rank = f.start, f.end, f.frame, f.is_slice, f.rank
+        cols, slice_h, slice_w = f.cols, f.slice_h, f.slice_w
         thumb = ~is_slice
         fr = frame[is_slice]
         k = rank[is_slice]
         h_off, w_off = (k // cols[fr]) * slice_h[fr], (k % cols[fr]) * slice_w[fr]
-        last = (2 * f["slices"] + 1)[frame]
+        last = (2 * f.slices + 1)[frame]
         # the token after the thumbnail, each slice's <slice> and the token after it, the newlines
         at = [end[thumb], start[is_slice] - 1, end[is_slice]]
         of = [frame[thumb], fr, fr]
         order = [np.zeros(thumb.sum(), dtype=np.int64), 2 * k + 1, 2 * k + 2]
-        h = [f["canvas_h"][frame[thumb]], h_off, h_off + f["height"][is_slice] - 1]
-        w = [f["canvas_w"][frame[thumb]], w_off, w_off + f["width"][is_slice] - 1]
-        gaps = np.flatnonzero(is_slice & f["has_next"] & (f["gap"] > 2))
+        h = [f.canvas_h[frame[thumb]], h_off, h_off + f.height[is_slice] - 1]
+        w = [f.canvas_w[frame[thumb]], w_off, w_off + f.width[is_slice] - 1]
+        gaps = np.flatnonzero(is_slice & f.has_next & (f.gap > 2))
         if gaps.size:
-            count = f["gap"][gaps] - 2
+            count = f.gap[gaps] - 2
             first = np.repeat(end[gaps] + 1 - np.cumsum(count) + count, count) + np.arange(count.sum())
             gf, gk = np.repeat(frame[gaps], count), np.repeat(rank[gaps], count)
             at.append(first)
@@ -353,8 +375,8 @@ class MiniCPMV4_7(Family):
             h.append((gk // cols[gf] + 1) * slice_h[gf] - 1)
             w.append(cols[gf] * slice_w[gf])
         index, owner, key = np.concatenate(at), np.concatenate(of), np.concatenate(order)
-        keep = (index >= f["frame_start"][owner]) & (index < f["frame_end"][owner])
-        keep &= index < f["span_end"][owner]
+        keep = (index >= f.frame_start[owner]) & (index < f.frame_end[owner])
+        keep &= index < f.span_end[owner]
         index, owner, key = index[keep], owner[keep], key[keep]
         hs, ws = np.concatenate(h)[keep], np.concatenate(w)[keep]
         if not index.size:
@@ -365,16 +387,16 @@ class MiniCPMV4_7(Family):
         positions[1, index[chosen]] = origin[owner[chosen]] + hs[chosen]
         positions[2, index[chosen]] = origin[owner[chosen]] + ws[chosen]
 
-    def write_crops(self, positions: np.ndarray, f: dict[str, np.ndarray], origin: np.ndarray) -> None:
+    def write_crops(self, positions: np.ndarray, f: Canvas, origin: np.ndarray) -> None:
         """The crops' tokens: a thumbnail resampled over its canvas, a slice at its place on it."""
-        start, end, frame, is_slice, rank = f["start"], f["end"], f["frame"], f["is_slice"], f["rank"]
-        height, width = f["height"], f["width"]
-        cols = f["cols"][frame]
+        start, end, frame, is_slice, rank = f.start, f.end, f.frame, f.is_slice, f.rank
+        height, width = f.height, f.width
+        cols = f.cols[frame]
         k = np.maximum(rank, 0)
-        h_off = np.where(is_slice, (k // np.maximum(cols, 1)) * f["slice_h"][frame], 0)
-        w_off = np.where(is_slice, (k % np.maximum(cols, 1)) * f["slice_w"][frame], 0)
-        canvas_h = np.where(is_slice, height, f["canvas_h"][frame])
-        canvas_w = np.where(is_slice, width, f["canvas_w"][frame])
+        h_off = np.where(is_slice, (k // np.maximum(cols, 1)) * f.slice_h[frame], 0)
+        w_off = np.where(is_slice, (k % np.maximum(cols, 1)) * f.slice_w[frame], 0)
+        canvas_h = np.where(is_slice, height, f.canvas_h[frame])
+        canvas_w = np.where(is_slice, width, f.canvas_w[frame])
         tokens = end - start
         crop = np.repeat(np.arange(start.size), tokens)
         offset = np.arange(crop.size) - np.repeat(np.cumsum(tokens) - tokens, tokens)
