@@ -14,7 +14,7 @@ What the state does when it cannot serve (the engine never fails because of mrop
 
 - a request whose inputs mrope refuses (any exception) gets vLLM's positions for it
   (``get_mrope_input_positions``) registered in the table, logged and counted;
-- positions the table cannot hold (not text runs and vision frames), or :func:`disable`: the state
+- positions the table cannot hold (fractional ones that are not float32 runs), or :func:`disable`: the state
   *hands over*: vLLM's ``RopeState`` is built, every live request's positions rendered into it, and
   from then on every call goes to it.
 

@@ -17,7 +17,7 @@ from .._backends import to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
 from ..core.render import render_all
-from ..core.segments import HW0, IS_TEXT, NUM_BASE_FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable
+from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, SegmentTable
 
 
 def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -38,16 +38,23 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
 
 
 def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Segments that render exactly ``positions`` (3, L): text runs and vision frames.
+    """Segments that render exactly ``positions`` (3, L): text runs, vision frames and, for integer
+    positions, any token.
 
     Runs of ``(+1, +1, +1)`` steps on equal rows are text; runs of ``(0, 0, +1)`` steps are rows of a
     frame; consecutive frame rows of one width, one t, one first w and h increasing by 1 make a frame.
-    The result is rendered and compared with ``positions``: anything else raises :class:`MRopeError`.
+    A frame whose first h and w differ (``d = h - w``) is held by its segment's ``origin``: with
+    ``hw0 = min(h, w)``, offsets counted from ``d * W`` tokens before the frame (``d > 0``) or, for one
+    row, from ``-d`` tokens after its start with the row widened to ``W - d``. Integer positions of any
+    shape are so held (at worst a segment per token: a token is a row of one); the render is compared
+    with ``positions``, and fractional ones (float32 tables) that are not text runs and frames raise
+    :class:`MRopeError`.
     """
     length = positions.shape[1]
     t, h, w = positions
     d = np.diff(positions, axis=1)
-    if positions.dtype.kind == "f":
+    fractional = positions.dtype.kind == "f"
+    if fractional:
         # float32 arithmetic makes steps of fractional positions 1 +- a few ulp: runs are found from
         # the rounded steps, then the render below checks every position exactly
         near = np.rint(d)
@@ -65,7 +72,7 @@ def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[n
     long = run_len > 1
     run_text[long] = text_step[run_start[long]]
 
-    # merge frame rows into frames
+    # merge frame rows into frames (a frame whose h starts below its w stays one segment per row)
     rt, rh, rw = t[run_start], h[run_start], w[run_start]
     joins = np.zeros(run_start.size, dtype=bool)
     joins[1:] = (
@@ -74,16 +81,26 @@ def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[n
         & (rt[1:] == rt[:-1])
         & (run_len[1:] == run_len[:-1])
         & (rw[1:] == rw[:-1])
-        & (np.abs(rh[1:] - rh[:-1] - 1) < 0.25 if positions.dtype.kind == "f" else rh[1:] == rh[:-1] + 1)
+        & (np.abs(rh[1:] - rh[:-1] - 1) < 0.25 if fractional else rh[1:] == rh[:-1] + 1)
     )
+    if not fractional:
+        joins[1:] &= rh[:-1] >= rw[:-1]
     first = ~joins
     seg_start = run_start[first]
-    data = np.empty((NUM_BASE_FIELDS, seg_start.size), dtype=np.float64 if floats else np.int64)
+    data = np.empty((ORIGIN + 1, seg_start.size), dtype=np.float64 if floats else np.int64)
     data[START] = seg_start
     data[T0] = rt[first]
-    data[HW0] = rh[first]
-    data[WIDTH] = np.where(run_text[first], 1, run_len[first])
     data[IS_TEXT] = run_text[first]
+    width = np.where(run_text[first], 1, run_len[first])
+    if fractional:
+        data[HW0] = rh[first]
+        data[ORIGIN] = seg_start
+    else:  # h and w from one base, min(h, w): the surplus of either is an offset before the origin
+        surplus = rh[first] - rw[first]
+        data[HW0] = np.minimum(rh[first], rw[first])
+        width = np.where(surplus < 0, width - surplus, width)
+        data[ORIGIN] = seg_start - np.where(surplus > 0, surplus * width, -surplus)
+    data[WIDTH] = width
     table = SegmentTable(data, length)
     if not np.array_equal(render_all(table), positions):
         raise MRopeError(
