@@ -34,7 +34,7 @@ with a warning. Nothing mrope does fails the engine: any exception hands the pro
 batch, to SGLang's own path (logged once per kind, counted in :func:`stats`); a request mrope cannot
 register keeps every batch it is in on SGLang's path. What always takes SGLang's path: models outside
 :data:`STEP_MODEL_TYPES`, sessions (multi-turn requests whose history outgrows the stored positions),
-``rl_on_policy_target``, request pools without a generation counter.
+``rl_on_policy_target``, request pools without a generation counter, GLM-Image's speculative steps.
 
 ``mode="check"`` computes SGLang's positions too and compares them at every prompt and every step:
 a difference raises :class:`MRopeError` naming the request, the column and both values. It also
