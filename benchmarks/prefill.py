@@ -477,6 +477,44 @@ def openpangu_vl_video() -> CaseSetup:
     return CaseSetup(title=title, num_tokens=len(row), providers=providers, checks=checks, primary=OFFSETS)
 
 
+@case("i")
+def glm_image_to_image() -> CaseSetup:
+    """GLM-Image image-to-image: 200 text tokens around a source image of grid 1x32x32, one target grid
+    of 1x32x32: the prompt's positions and the 1,025 generated tokens' (transformers' decode cache)."""
+    import torch
+
+    config = peers.transformers_config("glm_image")
+    family = from_config(config, compat="transformers")
+    text = np.random.default_rng(8).integers(0, 16000, size=200).tolist()
+    image = [config.image_start_token_id] + [config.image_token_id] * 1024 + [config.image_end_token_id]
+    row = text[:120] + image + text[120:] + [config.image_start_token_id]
+    grids = np.array([[1, 32, 32], [1, 32, 32]])
+    ids_t, grids_t = torch.tensor([row]), torch.from_numpy(grids)
+
+    def mrope_both() -> tuple[Any, Any]:
+        positions, _ = get_rope_index(family, ids_t, image_grid_thw=grids_t)
+        return positions, family.generation_positions(ids_t[0], image_grid_thw=grids_t)
+
+    def transformers_both() -> tuple[Any, Any]:
+        positions, _, cache = peers.transformers_glm_image_rope_index(config, ids_t, image_grid_thw=grids_t)
+        return positions, cache[0]
+
+    providers: dict[str, Callable[[], Any]] = {
+        "mrope get_rope_index + generation_positions": mrope_both,
+        "mrope table.add (prompt + generation)": _TableAdds(family, row, {"image_grid_thw": grids}),
+        "transformers": transformers_both,
+    }
+    checks = {"transformers": (mrope_both, transformers_both)}
+    title = "(i) GLM-Image, image-to-image (1x32x32 source, 1x32x32 target)"
+    return CaseSetup(
+        title=title,
+        num_tokens=len(row),
+        providers=providers,
+        checks=checks,
+        primary="mrope get_rope_index + generation_positions",
+    )
+
+
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))

@@ -37,11 +37,14 @@ from _timing import cuda_event_seconds, format_table, median_us, time_interleave
 MODELS = {
     "qwen2_5_vl_7b": (28, 4, 128, (16, 24, 24), "chunked", 1e6),
     "qwen3_vl_8b": (32, 8, 128, (24, 20, 20), "interleaved", 5e6),
+    # four rows (index, w, h, image ordinal); the two channels of a pair take different rows
+    "hunyuan_vl": (16, 8, 128, (16, 16, 16, 16), "hunyuan", 1e4),
 }
 # name: (transformers model_type, its text rotary class)
 TRANSFORMERS_ROTARY = {
     "qwen2_5_vl_7b": ("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding"),
     "qwen3_vl_8b": ("qwen3_vl", "Qwen3VLTextRotaryEmbedding"),
+    "hunyuan_vl": ("hunyuan_vl", "HunYuanVLRotaryEmbedding"),
 }
 DTYPES = ("bf16", "fp16", "fp32")
 GPU_TOKENS = [1, 16, 256, 1024, 4096, 16384, 65536]
@@ -84,7 +87,11 @@ def _providers(
 
     num_q, num_kv, head, section, layout, theta = MODELS[model]
     g = torch.Generator().manual_seed(0)
-    positions = prompt_positions(torch, num_tokens).to(device)
+    positions = prompt_positions(torch, num_tokens)
+    if len(section) > 3:  # HunYuan-VL's rows: the index, then the rendered rows reversed
+        index = torch.arange(num_tokens).expand(len(section) - 3, -1)
+        positions = torch.cat((index, positions.flip(0)))
+    positions = positions.to(device)
     q = torch.randn(num_tokens, num_q * head, generator=g).to(dtype).to(device)
     k = torch.randn(num_tokens, num_kv * head, generator=g).to(dtype).to(device)
     qk_bytes = (q.numel() + k.numel()) * q.element_size()

@@ -299,11 +299,13 @@ def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformer
             np.testing.assert_array_equal(row, want, err_msg=backend)
 
 
-def test_what_serves_index_plus_delta_past_the_prompt_refuses_it(glm_image):
+def test_vllm_refuses_it_sglang_serves_it(glm_image):
     from mrope.integrations import sglang as mrope_sglang
     from mrope.integrations._vllm_inputs import unsupported_reason
 
     _, family = glm_image
     assert "mrope's vLLM integration serves index + delta" in unsupported_reason(family)
-    assert "glm_image" not in mrope_sglang.STEP_MODEL_TYPES + mrope_sglang.PROMPT_MODEL_TYPES
-    # (the transformers patch serves it, setting the decode cache: tests/integrations/test_transformers.py)
+    # SGLang stores the generation's positions past the prompt and reads them by index: mrope serves
+    # both (tests/integrations/sglang/test_sglang_glm_image.py), as the transformers patch does, setting
+    # the decode cache (tests/integrations/test_transformers.py)
+    assert "glm_image" in mrope_sglang.PROMPT_MODEL_TYPES and "glm_image" in mrope_sglang.STEP_MODEL_TYPES

@@ -159,7 +159,7 @@ def test_errors_name_what_is_wrong():
         mrope.from_config({"model_type": "minicpmv4_7", **IDS, "newline_id": IMAGE})
 
 
-def test_what_takes_segments_refuses_it(tmp_path):
+def test_what_takes_segments_refuses_it_and_the_table_takes_its_positions(tmp_path):
     from mrope.integrations._vllm_inputs import unsupported_reason
 
     family = mrope.from_config({"model_type": "minicpmv4_7", **IDS})
@@ -172,6 +172,14 @@ def test_what_takes_segments_refuses_it(tmp_path):
     table = PositionTable(max_requests=2)
     with pytest.raises(MRopeError, match=reason):
         table.add(0, family, one)
+    # the table holds its positions as given: the prompt's, then index + delta
+    ids = [5, *one, SLICE_START, *[IMAGE] * 6, SLICE_END, SLICE_START, *[IMAGE] * 6, SLICE_END, NEWLINE, 6]
+    positions, delta = family.positions(ids, target_sizes=[[8, 8], [12, 8], [12, 8]])
+    table.add_positions(0, positions, delta)
+    out = np.zeros((3, len(ids) + 2), dtype=np.int64)
+    assert table.fill(out, np.array([0]), np.array([0]), np.array([len(ids) + 2])) == len(ids) + 2
+    np.testing.assert_array_equal(out[:, : len(ids)], positions)
+    assert out[:, len(ids) :].tolist() == [[len(ids) + delta, len(ids) + 1 + delta]] * 3
     with pytest.raises(MRopeError, match=f"mrope.show .*{reason}"):
         mrope.show(family, one, path=tmp_path / "minicpm.png")
     assert "mrope's vLLM integration takes mrope's segments" in unsupported_reason(family)

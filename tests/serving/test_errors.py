@@ -209,8 +209,9 @@ def test_bad_prompts_change_nothing(table: PositionTable) -> None:
     unchanged(
         table, lambda: table.add(1, fam, text(3) + [151655] * 3, image_grid_thw=[[1, 4, 4]]), "placeholder"
     )
-    positions = np.array([[0, 1, 2], [0, 5, 2], [0, 1, 9]])
-    unchanged(table, lambda: table.add_positions(1, positions, 7), "not text runs and vision frames")
+    fractional = np.array([[0, 1.5, 2], [0, 5, 2], [0, 1, 9]], dtype=np.float32)  # no rule, float32
+    floats = PositionTable(4, max_position=1000, dtype=np.float32)
+    unchanged(floats, lambda: floats.add_positions(1, fractional, 7.0), "not text runs and vision frames")
     unchanged(table, lambda: table.add_positions(1, np.zeros((2, 3), dtype=np.int64), 0), r"shape \(3, L\)")
     unchanged(
         table, lambda: table.add_positions(1, np.arange(5)[None].repeat(3, 0), 0.5), "delta must be an int"

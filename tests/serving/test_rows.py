@@ -132,25 +132,27 @@ def test_a_table_ignoring_the_reversal_fails_the_comparison(peer, path: str) -> 
 
 @pytest.mark.parametrize("peer", ["hunyuan_vl"], indirect=True)
 def test_the_triton_step_gives_the_rows(peer) -> None:
-    """fill_ragged's Triton kernel (under Triton's interpreter without a GPU) on a tiny case."""
+    """fill_ragged's Triton kernel on a tiny case: compiled on a CUDA GPU (scripts/gpu_check.sh runs this
+    module), under Triton's interpreter without one."""
     pytest.importorskip("triton")
     import torch
 
+    on = "cuda" if torch.cuda.is_available() else "cpu"
     family = peer.family("vllm")
     prompt = wide_prompt(family)
     length = len(prompt.input_ids)
-    table = PositionTable(4, num_dims=4)
+    table = PositionTable(4, num_dims=4, device=on)
     table.add(2, family, prompt.input_ids, **prompt.kwargs())
     table.add(3, family, prompt.input_ids, **prompt.kwargs())
-    out = torch.full((4, length + 4), -1, dtype=torch.int64)
+    out = torch.full((4, length + 4), -1, dtype=torch.int64, device=on)
     device = table._device_state(out.device)
     # slot 2: its whole prompt from column 1; slot 3: two tokens past its prompt
-    slots, starts = torch.tensor([2, 3]), torch.tensor([1, length + 1, length + 3])
-    computed = torch.tensor([0, 0, 0, length], dtype=torch.int64)
+    slots, starts = torch.tensor([2, 3], device=on), torch.tensor([1, length + 1, length + 3], device=on)
+    computed = torch.tensor([0, 0, 0, length], dtype=torch.int64, device=on)
     device.fill_ragged(out, slots, starts, computed, backend="triton")
     table.check()
     expected = expected_positions(peer, prompt, length + 2)
-    got = out.numpy()
+    got = out.cpu().numpy()
     assert (got[:, 0] == -1).all() and (got[:, -1] == -1).all()
     np.testing.assert_array_equal(got[:, 1 : length + 1], expected[:, :length])
     np.testing.assert_array_equal(got[:, length + 1 : length + 3], expected[:, length:])

@@ -299,9 +299,10 @@ class TableMachine(RuleBasedStateMachine):
                 lambda t: t.add_positions(0, np.zeros((2, 3), np.int64), 0),
                 r"shape \(3, L\)",
             ),
+            # fractional positions that are not float32 runs (integer ones of any shape are held)
             "positions rule": (
-                lambda t: t.add_positions(0, np.array([[0, 1, 2], [0, 5, 2], [0, 1, 9]]), 9),
-                "not text",
+                lambda t: t.add_positions(0, np.array([[0, 1.5, 2], [0, 5, 2], [0, 1, 9]], np.float32), 9),
+                "not text" if self.floats else "float32 table",
             ),
             "out dtype": (lambda t: t.fill(other, one, one, one), "dtype|array|holds no|max_position"),
             "out read-only": (

@@ -221,6 +221,87 @@ def test_add_positions_keeps_only_segments(name: str, compat: str, data: st.Data
     assert b.state_nbytes(0) <= 2 * a.state_nbytes(0)
 
 
+@st.composite
+def any_positions(draw: st.DrawFn) -> np.ndarray:
+    """Integer positions (3, L) of any shape: frames whose h and w start on different bases, a prompt cut
+    inside a frame row, and tokens with no rule at all."""
+    parts = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["frame", "text", "tokens"]))
+        if kind == "frame":
+            height, width = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+            t0, h0, w0 = (draw(st.integers(0, 40)) for _ in range(3))
+            row, column = np.divmod(np.arange(height * width), width)
+            parts.append(np.stack([np.full(height * width, t0), h0 + row, w0 + column]))
+        elif kind == "text":
+            first = draw(st.integers(0, 40))
+            parts.append(np.arange(first, first + draw(st.integers(1, 6)))[None].repeat(3, 0))
+        else:
+            parts.append(
+                np.array(draw(st.lists(st.tuples(*[st.integers(0, 40)] * 3), min_size=1, max_size=4))).T
+            )
+    positions = np.concatenate(parts, axis=1)
+    return positions[:, draw(st.integers(0, positions.shape[1] - 1)) :]
+
+
+@pytest.mark.parametrize("path", ["numpy", "numba", "torch"])
+@settings(max_examples=60, deadline=None)
+@given(positions=any_positions(), gap=st.integers(0, 3), chunk=st.integers(1, 7))
+def test_add_positions_holds_any_integer_positions(path: str, positions, gap: int, chunk: int) -> None:
+    """Integer positions the rule does not make (an engine's own, for a model mrope has no family for)
+    are held as segments too: chunked steps give them back, then ``index + delta``."""
+    length = positions.shape[1]
+    delta = int(positions.max()) + 1 - length + gap
+    table = PositionTable(4, backend="numpy" if path == "numpy" else "auto")
+    table.add(0, family("qwen2_vl"), text(5))
+    table.add_positions(2, positions, delta)
+    total = length + 3
+    got = np.zeros((3, total), dtype=np.int64)
+    for start in range(0, total, chunk):
+        count = min(chunk, total - start)
+        out = np.zeros((3, count + 2), dtype=np.int64)
+        slots, computed, scheduled = np.array([0, 2]), np.array([1, start]), np.array([2, count])
+        if path == "torch":
+            as_tensor = torch.from_numpy
+            target = as_tensor(out)
+            table.fill(target, as_tensor(slots), as_tensor(computed), as_tensor(scheduled), count + 2)
+        else:
+            table.fill(out, slots, computed, scheduled)
+        got[:, start : start + count] = out[:, 2:]
+    np.testing.assert_array_equal(got[:, :length], positions)
+    np.testing.assert_array_equal(got[:, length:], np.arange(length, total) + delta + np.zeros((3, 1), int))
+
+
+def test_the_triton_step_gives_any_integer_positions() -> None:
+    """fill_ragged's Triton kernel (compiled on a CUDA GPU, interpreted without one) on positions held by
+    origins before index 0: h above w at the prompt's first token, a frame with w above h, a lone token."""
+    pytest.importorskip("triton")
+    on = "cuda" if torch.cuda.is_available() else "cpu"
+    rows, columns = np.divmod(np.arange(6), 3)
+    positions = np.concatenate(
+        [
+            np.array([[3, 3], [9, 10], [2, 2]]),  # h above w from index 0
+            np.stack([np.full(6, 5), 4 + rows, 8 + columns]),  # w above h: one segment per row
+            np.array([[1], [7], [2]]),
+            np.arange(12, 15)[None].repeat(3, 0),
+        ],
+        axis=1,
+    )
+    length, delta = positions.shape[1], 3
+    table = PositionTable(4, device=on)
+    table.add_positions(1, positions, delta)
+    out = torch.full((3, length + 4), -1, dtype=torch.int64, device=on)
+    slots, starts = torch.tensor([1], device=on), torch.tensor([1, length + 3], device=on)
+    computed = torch.tensor([0, 0], dtype=torch.int64, device=on)
+    table._device_state(out.device).fill_ragged(out, slots, starts, computed, backend="triton")
+    table.check()
+    got = out.cpu().numpy()
+    np.testing.assert_array_equal(got[:, 1 : length + 1], positions)
+    np.testing.assert_array_equal(
+        got[:, length + 1 : length + 3], np.arange(length, length + 2) + delta + np.zeros((3, 1), int)
+    )
+
+
 def test_state_does_not_grow_with_prompt_length() -> None:
     """A long text prompt and a long image hold a handful of segments, not one entry per token."""
     fam = family("qwen2_vl")

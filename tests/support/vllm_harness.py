@@ -888,5 +888,30 @@ def wrong_positions() -> Iterator[WrongPositions]:
         cls._calc_mrope_positions = current
 
 
+@contextlib.contextmanager
+def flattened_positions() -> Iterator[WrongPositions]:
+    """Deliberately wrong registered positions, in this process: every :meth:`PositionTable.add_positions`
+    (the plugin's positions mode, in either runner) gets its h and w rows replaced by the t row, so
+    vision tokens lose their layout and text keeps its positions. Counts the registrations (``steps``)
+    and the changed columns."""
+    from mrope import PositionTable
+
+    add_positions = PositionTable.__dict__["add_positions"]
+    counter = WrongPositions()
+
+    def add_positions_flattened(self: Any, slot: int, positions: Any, delta: Any) -> None:
+        rows = np.array(positions.tolist())  # numpy or torch
+        counter.changed += int(np.count_nonzero((rows[1:] != rows[0]).any(axis=0)))
+        counter.steps += 1
+        rows[1:] = rows[0]
+        add_positions(self, slot, rows, delta)
+
+    PositionTable.add_positions = add_positions_flattened
+    try:
+        yield counter
+    finally:
+        PositionTable.add_positions = add_positions
+
+
 if __name__ == "__main__":
     _worker_main(sys.argv[1])

@@ -24,6 +24,7 @@ from .one_row import (
     segments_one_row,
 )
 from .place import COMPATS, ItemBlocks, Placed, place
+from .recover import segments_of
 from .render import build_segments, render, render_all
 from .rows import PLAIN_ROWS, SegmentRows
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
@@ -55,6 +56,7 @@ __all__ = [
     "render_formula",
     "render_offsets",
     "render_one_row",
+    "segments_of",
     "segments_one_row",
     "layout_one_row",
     "OneRowLayout",

@@ -17,7 +17,8 @@ serving :class:`~mrope.PositionTable`) covers the prompt and the ``n`` tokens it
 those ``index + delta`` (where transformers repeats the end marker's position: a sample ends there).
 After preemption, add the prompt alone: the table already holds the positions of what was generated.
 The vLLM integration, which serves ``index + delta`` past the prompt, refuses the family
-(:attr:`GlmImage.decode_follows_index`); SGLang serves it with its own code. mrope's transformers
+(:attr:`GlmImage.decode_follows_index`); mrope's SGLang plugin computes the positions SGLang stores for
+the prompt and its generation, and serves its steps from them. mrope's transformers
 patch serves it, setting the model's decode cache at prefill from
 :meth:`GlmImage.batch_generation_positions`.
 """

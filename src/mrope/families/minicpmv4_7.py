@@ -92,7 +92,7 @@ class MiniCPMV4_7(Family):
     not_segments = (
         "slices and markers put h and w on different bases and the thumbnail is resampled over the slice "
         "canvas (round(linspace)), where a segment has one base and steps of 1; family.positions and "
-        "mrope.get_rope_index compute them"
+        "mrope.get_rope_index compute them (PositionTable.add_positions holds them)"
     )
 
     image_token_id: int

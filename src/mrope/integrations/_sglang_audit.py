@@ -15,10 +15,12 @@ from ._vllm_audit import installed_digests
 _FB = "sglang.srt.model_executor.forward_batch_info:ForwardBatch."
 _ROPE = "sglang.srt.layers.rotary_embedding."
 _POOL = "sglang.srt.mem_cache.memory_pool:ReqToTokenPool."
+_GLM_IMAGE = "sglang.srt.multimodal.processors.glm_image:GlmImageProcessor."
 
-#: What the integration patches (the step's two position methods, the prompt functions), the rules it
-#: reproduces (SGLang's prompt positions and its extend/decode/speculative positions), what calls them,
-#: and what it reads (the request pool's generation counter, the multimodal inputs).
+#: What the integration patches (the step's two position methods, the prompt functions, GLM-Image's
+#: processor's positions), the rules it reproduces (SGLang's prompt positions and its
+#: extend/decode/speculative positions), what calls them, and what it reads (the request pool's
+#: generation counter, the multimodal inputs).
 TARGETS: tuple[str, ...] = (
     _FB + "_compute_mrope_positions",
     _FB + "_compute_mrope_positions_extend",
@@ -35,6 +37,8 @@ TARGETS: tuple[str, ...] = (
     _POOL + "alloc_rows",
     _POOL + "free",
     "sglang.srt.managers.schedule_batch:MultimodalInputs",
+    _GLM_IMAGE + "_compute_glm_image_mrope_positions",
+    _GLM_IMAGE + "process_mm_data_async",
 )
 
 #: release -> {target: digest}: the SGLang releases read and tested
@@ -58,6 +62,8 @@ AUDITED: dict[str, dict[str, str | None]] = {
                 "39f7b669e6e69d08e75aa3b8188f3f770af6945e6929a5e8912b1c802afc151b",
                 "aad8eaac57a32edd3b9890816fef5c261096edfb7a03f3ebf0187aa8256cc65d",
                 "6a3816ef6c631b8683d7fe51fb978c78868f7a4c119388a7b29a4658d684a189",
+                "8d76dac92e5732ded76c7ef1ceda4784e6587c53ad06063c9da363561589b353",
+                "8df4ca993a8e00385c5ddcbe6f92716ced0f959c392e0848a4d8859b8aa8cb2d",
             ),
             strict=True,
         )

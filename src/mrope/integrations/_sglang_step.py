@@ -8,6 +8,12 @@ from its prompt, its items' grids and offsets (:meth:`PositionTable.add`, nothin
 request is one text segment; others (videos) from SGLang's stored prompt positions
 (``MultimodalInputs.mrope_positions``, computed in the tokenizer process: by mrope when the integration
 runs there), whose segments are kept. Either way the state is O(images + frames).
+
+A family whose decode does not follow the index (GLM-Image: ``Family.decode_follows_index`` False) is
+registered from the stored positions, which SGLang's processor extends past the prompt over the tokens
+the request generates (SGLang's items keep only the source images' grids, not the target ones); its
+decode is a ``fill`` of each request's last token (inside those positions, then the index), and its
+speculative steps stay on SGLang's path (``index + delta`` there, the stored positions unread).
 """
 
 from __future__ import annotations
@@ -84,10 +90,13 @@ class RunnerTable:
     def register(self, slot: int, req: Any, mm: Any) -> None:
         if getattr(req, "session", None) is not None:
             raise MRopeError("session requests keep SGLang's positions (their history outgrows the prompt's)")
-        if mm is None:
-            self.table.add(slot, self.family, req.origin_input_ids, image_offsets=[], video_offsets=[])
+        if mm is None:  # no items (offsets say so where the family takes them: nothing scanned)
+            none = {"image_offsets": [], "video_offsets": []} if self.family.takes_offsets else {}
+            self.table.add(slot, self.family, req.origin_input_ids, **none)
             return
-        images = _image_inputs(self.family, req.origin_input_ids, mm.mm_items)
+        images = None
+        if self.family.decode_follows_index:  # else: SGLang's stored positions cover the generation
+            images = _image_inputs(self.family, req.origin_input_ids, mm.mm_items)
         if images is not None:
             ids, grids, offsets = images
             self.table.add(
@@ -114,14 +123,37 @@ class RunnerTable:
         self.table.fill(out, fb.req_pool_indices, fb.extend_prefix_lens, fb.extend_seq_lens, num_tokens=num)
         return out
 
+    @property
+    def serves_speculative(self) -> bool:
+        """Whether speculative steps are mrope's: SGLang's are ``index + delta`` (its stored positions
+        unread), the table's only where the family's decode follows the index."""
+        return bool(self.family.decode_follows_index)
+
     def decode(self, fb: Any, batch: Any) -> torch.Tensor:
-        """``seq_lens - 1 + delta[req_pool_indices]`` (the deltas on the device): (3, batch_size)."""
+        """``seq_lens - 1 + delta[req_pool_indices]`` (the deltas on the device): (3, batch_size); a
+        family whose decode does not follow the index: the table's ``fill`` of each last token."""
+        if not self.family.decode_follows_index:
+            return self.last_tokens(fb)
         if self.host:
             out = np.empty((3, fb.seq_lens.shape[0]), dtype=np.int64)
             self.table.decode(out, fb.req_pool_indices.numpy(), fb.seq_lens.numpy())
             return torch.from_numpy(out)
         out = torch.empty((3, fb.seq_lens.shape[0]), dtype=torch.int64, device=fb.seq_lens.device)
         self.table.decode(out, fb.req_pool_indices, fb.seq_lens)
+        return out
+
+    def last_tokens(self, fb: Any) -> torch.Tensor:
+        """Each request's token at ``seq_lens - 1`` by ``fill`` (inside the registered positions too, as
+        SGLang reads its stored ones there): (3, batch_size)."""
+        num = int(fb.seq_lens.shape[0])
+        if self.host:
+            lens = fb.seq_lens.numpy()
+            out = np.empty((3, num), dtype=np.int64)
+            self.table.fill(out, fb.req_pool_indices.numpy(), lens - 1, np.ones_like(lens))
+            return torch.from_numpy(out)
+        out = torch.empty((3, num), dtype=torch.int64, device=fb.seq_lens.device)
+        lens = fb.seq_lens
+        self.table.fill(out, fb.req_pool_indices, lens - 1, torch.ones_like(lens), num_tokens=num)
         return out
 
     def speculative(self, fb: Any, batch: Any, seq_positions: Any) -> torch.Tensor:

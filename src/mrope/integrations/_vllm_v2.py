@@ -10,11 +10,15 @@ and offsets, and writes each step's positions with one :meth:`PositionTable.fill
 runner's own tensors: one Triton launch on a GPU (no host synchronization, no host-to-device copy per
 step), the compiled or numpy step on vLLM's CPU runner.
 
+Without a family (positions mode: a model mrope has no rule for, or does not serve as vLLM does) every
+request's prompt positions are vLLM's own (``get_mrope_input_positions``, as vLLM's ``RopeState``
+calls it) registered with :meth:`PositionTable.add_positions`; the steps are the table's all the same.
+
 What the state does when it cannot serve (the engine never fails because of mrope, check mode aside):
 
 - a request whose inputs mrope refuses (any exception) gets vLLM's positions for it
   (``get_mrope_input_positions``) registered in the table, logged and counted;
-- positions the table cannot hold (not text runs and vision frames), or :func:`disable`: the state
+- positions the table cannot hold (fractional ones that are not float32 runs), or :func:`disable`: the state
   *hands over*: vLLM's ``RopeState`` is built, every live request's positions rendered into it, and
   from then on every call goes to it.
 
@@ -45,7 +49,8 @@ class TableRopeState:
 
     Parameters
     ----------
-    family : the model's family (``from_config(hf_config, **VLLM_SETTINGS)``)
+    family : the model's family (``from_config(hf_config, **VLLM_SETTINGS)``), or None: positions mode
+        (each request registered from vLLM's own positions)
     vllm_state : builds vLLM's own ``RopeState`` (for check mode and a hand-over), called with no argument
     mode : returns the integration's current mode: ``"mrope"``, ``"check"`` or None (disabled)
     stats : the integration's counters, updated in place
@@ -54,7 +59,7 @@ class TableRopeState:
 
     def __init__(
         self,
-        family: Family,
+        family: Family | None,
         vllm_state: Callable[[], Any],
         mode: Callable[[], str | None],
         stats: MutableMapping[str, Any],
@@ -108,16 +113,26 @@ class TableRopeState:
             self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
             self._staged = True
         try:  # vLLM has no remove hook: an admission overwrites the slot (replace)
-            inputs = admission_inputs(self.family, mm_features)
-            self.table.add(req_idx, self.family, prefill_token_ids, replace=True, **inputs)
+            if self.family is None:
+                self._add_vllm_positions(req_idx, model, prefill_token_ids, mm_features)
+            else:
+                inputs = admission_inputs(self.family, mm_features)
+                self.table.add(req_idx, self.family, prefill_token_ids, replace=True, **inputs)
         except Exception as error:
             if req_idx in self.table:  # the refused request's slot still holds the one before it
                 self.table.remove(req_idx)
             if self.vllm is not None:
                 raise MRopeError(f"mrope check: request {self._name(req_idx)} refused: {error}") from error
+            if self.family is None:  # vLLM's own positions refused: nothing else to try
+                self._stats["fallback_requests"] += 1
+                self.hand_over(f"request {self._name(req_idx)}: {error}")
+                self.vllm.init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)
+                return
             self._admit_vllm_positions(req_idx, model, prefill_token_ids, mm_features, error)
             return
         self._stats["admitted"] += 1
+        if self.family is None:
+            self._stats["positions_requests"] += 1
 
     def apply_staged_writes(self) -> None:
         if self.vllm is not None and (self.handed_over or self._staged):
@@ -204,13 +219,19 @@ class TableRopeState:
         """A request mrope refused: vLLM's positions for it, held by the table (or a hand-over)."""
         self._stats["fallback_requests"] += 1
         try:
-            positions, delta = model.get_mrope_input_positions(ids, mm_features)
-            self.table.add_positions(req_idx, positions, int(delta))
+            self._add_vllm_positions(req_idx, model, ids, mm_features)
         except Exception as second:
             self.hand_over(f"request {self._name(req_idx)}: {error}; its vLLM positions: {second}")
             self.vllm.init_prefill_positions(req_idx, model, ids, mm_features)
             return
         logger.warning("mrope: request %s: %s; serving vLLM's positions for it", self._name(req_idx), error)
+
+    def _add_vllm_positions(self, req_idx: int, model: Any, ids: list[int], mm_features: list) -> None:
+        """Register the positions and delta vLLM's model computes for a request (as ``RopeState`` does)."""
+        positions, delta = model.get_mrope_input_positions(ids, mm_features)
+        if req_idx in self.table:  # an admission overwrites the slot
+            self.table.remove(req_idx)
+        self.table.add_positions(req_idx, positions, int(delta))
 
     def _vllm_with_live_requests(self) -> Any:
         """vLLM's ``RopeState`` holding the positions and deltas of every request in the table."""

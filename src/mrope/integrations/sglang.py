@@ -9,6 +9,10 @@ a tensor built from the list). :func:`enable` replaces, in this process:
 - ``MRotaryEmbedding.get_rope_index`` and ``get_rope_index_glm4v`` (prompt positions, tokenizer
   process): :func:`mrope.get_rope_index` for the model types of :data:`PROMPT_MODEL_TYPES`, the same
   tensors; SGLang's own function for anything else (audio, other models);
+- ``GlmImageProcessor._compute_glm_image_mrope_positions`` (GLM-Image's processor, tokenizer process):
+  the prompt's positions (:meth:`GlmImage.positions`), then those of the tokens the request generates
+  (:meth:`GlmImage.generation_positions`; none where every grid is a complete image of the prompt, as
+  SGLang's), delta 0: SGLang's stored positions, which its steps read by index;
 - ``ForwardBatch._compute_mrope_positions`` (extend and decode) and ``compute_spec_mrope_positions``
   (speculative decoding), scheduler process: one :class:`mrope.PositionTable` per model runner keyed by
   SGLang's request slot (``req_pool_idx``). A slot is registered when its request first appears in a
@@ -19,6 +23,10 @@ a tensor built from the list). :func:`enable` replaces, in this process:
   tensors, decode ``seq_lens - 1 + delta[req_pool_indices]``. On a GPU it runs on the device with the
   table's deltas there (no host synchronization, no host-to-device copy, shapes fixed by the batch);
   on a CPU device on the tensors' numpy views (the compiled step where numba is installed).
+  GLM-Image requests are registered from SGLang's stored positions (they cover the tokens generated:
+  the scheduler holds no target grids) and decode by ``fill`` of each last token (SGLang reads the
+  stored column ``seq_len - 1``, then ``index``); their speculative steps keep SGLang's path, which
+  reads no stored positions.
 
 SGLang versions are accepted by the digest of the source of what the integration patches and relies
 on (:mod:`._sglang_audit`), never by the version string; any other release keeps SGLang's own path,
@@ -26,7 +34,7 @@ with a warning. Nothing mrope does fails the engine: any exception hands the pro
 batch, to SGLang's own path (logged once per kind, counted in :func:`stats`); a request mrope cannot
 register keeps every batch it is in on SGLang's path. What always takes SGLang's path: models outside
 :data:`STEP_MODEL_TYPES`, sessions (multi-turn requests whose history outgrows the stored positions),
-``rl_on_policy_target``, request pools without a generation counter.
+``rl_on_policy_target``, request pools without a generation counter, GLM-Image's speculative steps.
 
 ``mode="check"`` computes SGLang's positions too and compares them at every prompt and every step:
 a difference raises :class:`MRopeError` naming the request, the column and both values. It also
@@ -61,9 +69,12 @@ STATS_RPC = "mrope_write_stats"
 #: SGLang releases whose code the integration was audited against (by source digest)
 AUDITED_RELEASES = tuple(AUDITED)
 #: model types whose SGLang prompt positions mrope reproduces (compared with SGLang's own functions)
-PROMPT_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
-#: model types whose step positions mrope serves (any M-RoPE model whose decode is ``index + delta``)
+PROMPT_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm_image")
+#: model types whose step positions mrope serves (``index + delta`` past the prompt, or GLM-Image's
+#: stored positions over its generation)
 STEP_MODEL_TYPES = PROMPT_MODEL_TYPES
+#: the model types SGLang's ``get_rope_index`` computes (GLM-4.1V and GLM-Image have their own functions)
+_ROPE_INDEX_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 #: the settings under which mrope's positions are SGLang's: text after a block at ``max(block) + 1``,
 #: Qwen2.5-VL's scaled video time in float32
 SGLANG_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float32"}
@@ -131,6 +142,12 @@ def enable(mode: str = "mrope") -> None:
         (ForwardBatch, "compute_spec_mrope_positions"): _compute_spec_mrope_positions,
         (Scheduler, STATS_RPC): _write_stats,  # added: no original
     }
+    try:  # GLM-Image's processor (imports its model's module): without it, the rest is served
+        from sglang.srt.multimodal.processors.glm_image import GlmImageProcessor
+
+        replacements[(GlmImageProcessor, _GLM_IMAGE)] = _compute_glm_image_mrope_positions
+    except Exception as error:
+        _fall_back("GLM-Image's processor", error)
     _enabled["mode"] = mode
     for (owner, name), replacement in replacements.items():
         _patches.append((owner, name, vars(owner).get(name)))
@@ -276,10 +293,8 @@ def _get_rope_index(
     qwen2_5 = model_type == "qwen2_5_vl"
     family = None
     # SGLang's Qwen2.5-VL video time needs tokens_per_second: without it, SGLang's own path (and error)
-    if (
-        model_type in PROMPT_MODEL_TYPES
-        and model_type != "glm4v"
-        and (not qwen2_5 or tokens_per_second is not None or video_grid_thw is None)
+    if model_type in _ROPE_INDEX_TYPES and (
+        not qwen2_5 or tokens_per_second is not None or video_grid_thw is None
     ):
         tps = float(tokens_per_second) if qwen2_5 and tokens_per_second is not None else None
         try:
@@ -410,6 +425,97 @@ def _serve_prompt(
     return expected, expected_deltas
 
 
+_GLM_IMAGE = "_compute_glm_image_mrope_positions"
+
+
+@functools.lru_cache(maxsize=8)
+def _glm_image_family(image_id: int, start_id: int, end_id: int) -> Family:
+    config = {
+        "model_type": "glm_image",
+        "image_token_id": image_id,
+        "image_start_token_id": start_id,
+        "image_end_token_id": end_id,
+    }
+    return from_config(config, **SGLANG_SETTINGS)
+
+
+def _compute_glm_image_mrope_positions(
+    processor: Any, input_ids: Any, image_grid_thw: Any
+) -> tuple[Any, Any]:
+    """``GlmImageProcessor._compute_glm_image_mrope_positions``: mrope's (3, L + n) positions of the
+    prompt and of the n tokens it generates, and delta 0 (SGLang's dtypes and device)."""
+
+    def sglang() -> tuple[Any, Any]:
+        return _original(_GLM_IMAGE)(processor, input_ids, image_grid_thw)
+
+    family = None
+    try:
+        if getattr(input_ids, "ndim", 0) == 1:
+            ids = (processor.IM_TOKEN_ID, processor.IMAGE_START_TOKEN_ID, processor.IMAGE_END_TOKEN_ID)
+            family = _glm_image_family(*(int(i) for i in ids))
+    except Exception as error:
+        _fall_back("GLM-Image token ids", error)
+    if family is None:
+        _stats["fallback_prompts"] += 1
+        return sglang()
+    start = time.perf_counter_ns()
+    try:
+        positions = _glm_image_positions(family, input_ids, image_grid_thw)
+    except Exception as error:  # nothing mrope does may fail the engine
+        if _enabled.get("mode") == "check":
+            raise MRopeError(f"mrope check: glm_image prompt refused: {error}") from error
+        _fall_back("glm_image prompt positions", error)
+        _stats["fallback_prompts"] += 1
+        return sglang()
+    _stats["prompts"] += 1
+    import torch
+
+    delta = torch.zeros([1], dtype=torch.long, device=input_ids.device)
+    if _enabled.get("mode") != "check":
+        return positions, delta
+    middle = time.perf_counter_ns()
+    expected, expected_delta = sglang()
+    _record("prompt", int(input_ids.shape[0]), middle - start, time.perf_counter_ns() - middle)
+    _compare_glm_image(positions, expected, int(input_ids.shape[0]))
+    if not bool((expected_delta == 0).all()):
+        raise MRopeError(f"mrope check: glm_image delta 0 from mrope, {expected_delta.tolist()} from SGLang")
+    _stats["checked_prompts"] += 1
+    return expected, expected_delta
+
+
+def _glm_image_positions(family: Family, input_ids: Any, image_grid_thw: Any) -> Any:
+    """The (3, L + n) int64 tensor SGLang's processor stores: the prompt's positions, then, where grids
+    remain past its complete images, the generation's (SGLang adds no end marker's position without)."""
+    import torch
+
+    ids = input_ids.numpy() if input_ids.device.type == "cpu" else input_ids.cpu().numpy()
+    grids = _host(image_grid_thw)
+    positions, _ = family.positions(ids, image_grid_thw=grids)
+    complete = int(np.count_nonzero(ids == family.image_end_token_id))
+    if grids is not None and len(grids) > complete:
+        made = family.generation_positions(ids, image_grid_thw=grids)
+        positions = np.concatenate([positions, made], axis=1)
+    return torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(input_ids.device)
+
+
+def _compare_glm_image(ours: Any, sglang: Any, prompt_length: int) -> None:
+    """Check mode: GLM-Image's stored positions from mrope against SGLang's; a difference of shape or
+    the first differing column raises :class:`MRopeError` (the column's part: prompt or generation)."""
+    if tuple(ours.shape) != tuple(sglang.shape) or ours.dtype != sglang.dtype:
+        raise MRopeError(
+            f"mrope check: glm_image positions {tuple(ours.shape)} {ours.dtype} from mrope, "
+            f"{tuple(sglang.shape)} {sglang.dtype} from SGLang (a prompt of {prompt_length} tokens)"
+        )
+    differ = (ours != sglang).any(dim=0).nonzero()
+    if differ.numel():
+        column = int(differ[0, 0])
+        part = "prompt" if column < prompt_length else f"generation, token {column - prompt_length}"
+        raise MRopeError(
+            f"mrope check: glm_image column {column} ({part}): t, h, w = {ours[:, column].tolist()} from "
+            f"mrope, {sglang[:, column].tolist()} from SGLang"
+        )
+
+
 # -- step positions (scheduler process) ----------------------------------------------------------------
 def _count(name: str) -> None:
     _stats[name] += 1
@@ -465,7 +571,7 @@ def _compute_spec_mrope_positions(
     """``ForwardBatch.compute_spec_mrope_positions``: ``positions + delta[req_pool_indices]``."""
     sglang = _original("compute_spec_mrope_positions")
     table = _table(model_runner)
-    if table is None or not table.serves(batch):
+    if table is None or not table.serves_speculative or not table.serves(batch):
         _stats["fallback_steps"] += 1
         return sglang(self, model_runner, batch, seq_positions)
     try:

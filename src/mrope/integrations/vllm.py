@@ -22,14 +22,25 @@ on whichever runner vLLM builds, in this process:
 
 vLLM versions are accepted by what was audited, not by a version string: the source of everything of
 vLLM's the integration patches, replaces or relies on is digested (:mod:`._vllm_audit`) and must equal
-an audited release's; each model's own position code is checked the same way when a runner serves it.
+an audited release's; each model's own position code is checked the same way when a runner serves it
+by mrope's rule.
 
-What falls back to vLLM's own path (logged once, counted in :func:`stats`): a model mrope does not
-serve the way vLLM does, or whose vLLM code was not audited; multimodal pruning (video token pruning
-rewrites positions after the encoder); a V2 model with other than 3 position rows; a request mrope
-refuses is served from vLLM's positions, and where even that fails the runner hands every request to
-vLLM's path for good. Speculative tokens are ordinary scheduled tokens past the prompt (``index +
-delta``). The engine never fails because of the integration, check mode aside.
+*Positions mode*: a model mrope has no rule for, or does not serve the way vLLM does (no family,
+:func:`._vllm_inputs.unsupported_reason`), or whose vLLM position code was not audited, is still
+served from a table: each request's prompt positions are the ones vLLM's own function computes at
+admission (V1: ``_init_mrope_positions``, kept in ``req_state``; V2: the model's
+``get_mrope_input_positions``), registered with :meth:`PositionTable.add_positions`, and every step is
+the table's (``index + delta`` past the prompt, as vLLM). vLLM's function computes the positions, so
+the model's own position code need not be audited in this mode. Logged once per runner, counted in
+``positions_runners`` and ``positions_requests``.
+
+What falls back to vLLM's own path (logged once, counted in :func:`stats`): multimodal pruning (video
+token pruning rewrites positions after the encoder); a model with other than 3 position rows; a request
+whose positions the table cannot hold (mrope's rule refused: vLLM's positions are registered instead;
+where even that fails the runner hands every request to vLLM's path for good). A vLLM whose runner
+code was not audited is never patched (:func:`enable` raises). Speculative tokens are ordinary
+scheduled tokens past the prompt (``index + delta``). The engine never fails because of the
+integration, check mode aside.
 
 ``mode="check"`` runs vLLM's own code too and compares every step, raising :class:`MRopeError` at the
 first differing column: a way to validate a model or a vLLM version before serving with mrope.
@@ -69,9 +80,11 @@ _STAT_NAMES = (
     "removed",  # requests whose slot was freed (finished)
     "steps",  # steps whose positions mrope wrote
     "checked_steps",  # check mode: steps compared with vLLM's own path
-    "fallback_requests",  # requests whose positions vLLM's own path computed
+    "fallback_requests",  # requests mrope refused (served from vLLM's positions, or by vLLM's path)
     "fallback_steps",  # steps written by vLLM's own path in a patched runner
-    "fallback_runners",  # V2 model runners whose model mrope does not serve (vLLM's RopeState)
+    "fallback_runners",  # V2 model runners kept on vLLM's path (vLLM's RopeState)
+    "positions_runners",  # model runners in positions mode (vLLM's prompt positions, mrope's steps)
+    "positions_requests",  # requests registered from vLLM's positions by a runner in positions mode
 )
 _stats: dict[str, Any] = dict.fromkeys(_STAT_NAMES, 0)
 _stats["runner"] = None  # the model runner served last: "v1", "v2" (None before any)
@@ -199,9 +212,11 @@ def is_enabled() -> str | None:
 
 def stats() -> dict[str, Any]:
     """This process's counters (see the module docstring): admitted, removed, steps, checked_steps,
-    fallback_requests, fallback_steps, fallback_runners, and ``runner``: the model runner served last
-    (``"v1"``, ``"v2"``, None before any). In vLLM's default multiprocessing the runner lives in the
-    engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller."""
+    fallback_requests, fallback_steps, fallback_runners, positions_runners and positions_requests
+    (positions mode's runners and registrations, which ``admitted`` counts too), and ``runner``: the
+    model runner served last (``"v1"``, ``"v2"``, None before any). In vLLM's default multiprocessing
+    the runner lives in the engine-core process: read them there (e.g. ``llm.collective_rpc``), not in
+    the caller."""
     return dict(_stats)
 
 
@@ -256,8 +271,8 @@ def audited_release(version: str) -> str:
 
 
 def _family_reason(family: Family) -> str | None:
-    """Why a runner of this model keeps vLLM's path: mrope's rule differs from vLLM's, or vLLM's code
-    for the model is not the audited code (None: mrope serves it)."""
+    """Why mrope's rule does not serve a runner of this model (positions mode serves it): the rule
+    differs from vLLM's, or vLLM's code for the model is not the audited code (None: the rule serves it)."""
     reason = unsupported_reason(family)
     if reason is not None:
         return reason
@@ -272,15 +287,22 @@ def _family_reason(family: Family) -> str | None:
     return None
 
 
-def _served_family(model_config: Any, *, pruning: bool) -> tuple[Family | None, str | None]:
-    """The family mrope serves a runner's model with, or why vLLM's own path serves it: position rows
-    other than 3, video token pruning (it reads and rewrites stored positions), a model mrope does not
-    serve as vLLM does or whose vLLM code was not audited. One rule for both runners; never raises."""
+def _vllm_path_reason(model_config: Any, *, pruning: bool) -> str | None:
+    """Why a runner's positions stay on vLLM's own path whatever its model (None: a table serves it):
+    position rows other than 3, video token pruning (it reads and rewrites stored positions). One rule
+    for both runners; never raises."""
     num_dims = getattr(model_config, "mrope_num_dims", 3)
     if num_dims != 3:
-        return None, f"the model has {num_dims} M-RoPE position rows (mrope's vLLM integration serves 3)"
+        return f"the model has {num_dims} M-RoPE position rows (mrope's vLLM integration serves 3)"
     if pruning:
-        return None, "video token pruning (EVS) reads and rewrites the stored positions"
+        return "video token pruning (EVS) reads and rewrites the stored positions"
+    return None
+
+
+def _served_family(model_config: Any) -> tuple[Family | None, str | None]:
+    """The family whose rule mrope serves a runner's model with, or why positions mode serves it: no
+    family, a model mrope does not serve as vLLM does, or whose vLLM code was not audited. One rule
+    for both runners; never raises."""
     try:
         family = from_config(model_config.hf_config, **VLLM_SETTINGS)
         reason = _family_reason(family)
@@ -335,13 +357,15 @@ _LLVMLITE_FFI = "llvmlite.binding.ffi"
 
 # -- per-runner state -------------------------------------------------------------------------------
 class _RunnerState:
-    """A model runner's table, its request slots and the persistent batch's index -> slot map."""
+    """A model runner's table, its request slots and the persistent batch's index -> slot map. With a
+    family, requests are registered by its rule; without one (positions mode), from the positions
+    vLLM computed; inactive (no table), vLLM's own path serves the runner."""
 
-    def __init__(self, runner: Any, family: Family | None) -> None:
+    def __init__(self, runner: Any, family: Family | None, *, active: bool) -> None:
         batch = runner.input_batch
         self.family = family
         num_slots = 2 * batch.max_num_reqs  # room for preempted requests beside the running ones
-        self.table = PositionTable(num_slots) if family is not None else None  # None: vLLM's path
+        self.table = PositionTable(num_slots) if active else None  # None: vLLM's path
         self.slot_of: dict[str, int] = {}
         self.free_slots = list(range(num_slots - 1, -1, -1))
         self.batch_slots = np.full(batch.max_num_reqs, -1, dtype=np.int64)
@@ -358,8 +382,16 @@ class _RunnerState:
     def active(self) -> bool:
         return self.table is not None
 
+    @property
+    def positions_mode(self) -> bool:
+        """Whether requests are registered from vLLM's positions (no family), their steps the table's."""
+        return self.active and self.family is None
+
     def admit(self, req_state: Any) -> None:
-        """Register a request (a new one, or a streaming request's updated prompt)."""
+        """Register a request (a new one, or a streaming request's updated prompt); in positions mode
+        from the positions vLLM computed for it at this admission."""
+        if self.family is None:
+            return self.admit_positions(req_state)
         self.forget(req_state.req_id)
         slot = self._free_slot()
         ids, inputs = _request_inputs(self.family, req_state)
@@ -429,6 +461,8 @@ class _RunnerState:
         if index is not None:
             self.batch_slots[index] = slot
         _stats["admitted"] += 1
+        if self.family is None:
+            _stats["positions_requests"] += 1
 
 
 def _runner_state(runner: Any) -> _RunnerState:
@@ -439,16 +473,27 @@ def _runner_state(runner: Any) -> _RunnerState:
     if state is not None:  # vLLM rebuilt its persistent batch (before serving): start again
         state.release(runner, _original(_init_mrope_positions))
     pruning = getattr(runner, "is_multimodal_pruning_enabled", False)
-    family, reason = _served_family(runner.model_config, pruning=pruning)
+    reason = _vllm_path_reason(runner.model_config, pruning=pruning)
+    family, why = None, None
     if reason is not None:
         logger.warning("mrope: %s; vLLM's own M-RoPE path serves this model", reason)
-    state = _RunnerState(runner, family)
+    else:
+        family, why = _served_family(runner.model_config)
+    state = _RunnerState(runner, family, active=reason is None)
+    if state.positions_mode:
+        _note_positions_mode(why)
     runner._mrope = state
     _runners.add(runner)
     _stats["runner"] = "v1"
     if state.active:
         state.adopt(runner)
     return state
+
+
+def _note_positions_mode(reason: str | None) -> None:
+    """Log and count a runner served in positions mode (``reason``: why mrope's rule does not serve it)."""
+    logger.warning("mrope: %s; mrope serves this model's steps from vLLM's own prompt positions", reason)
+    _stats["positions_runners"] += 1
 
 
 def _request_inputs(family: Family, req_state: Any) -> tuple[Any, dict[str, Any]]:
@@ -462,9 +507,10 @@ def _request_inputs(family: Family, req_state: Any) -> tuple[Any, dict[str, Any]
 
 # -- the patched methods ------------------------------------------------------------------------------
 def _init_mrope_positions(self: Any, req_state: Any) -> None:
-    """Admission: register the request in the runner's table (check mode: vLLM's positions too)."""
+    """Admission: register the request in the runner's table (vLLM's positions computed first in
+    check mode, to compare, and in positions mode, to register)."""
     state = _runner_state(self)
-    if not state.active or _enabled["mode"] == "check":
+    if not state.active or state.positions_mode or _enabled["mode"] == "check":
         _original(_init_mrope_positions)(self, req_state)
         if not state.active:
             _stats["fallback_requests"] += 1
@@ -474,16 +520,22 @@ def _init_mrope_positions(self: Any, req_state: Any) -> None:
     except Exception as error:  # any exception: nothing mrope does may fail the engine
         if _enabled["mode"] == "check":
             raise MRopeError(f"mrope check: request {req_state.req_id!r} refused: {error}") from error
-        if req_state.mrope_positions is None:
-            _original(_init_mrope_positions)(self, req_state)
-        try:  # positions mrope would not compute but can still serve
-            state.admit_positions(req_state)
-        except Exception:
-            _stats["fallback_requests"] += 1
+        _stats["fallback_requests"] += 1
+        if state.positions_mode or not _admit_vllm_positions(self, state, req_state):
             state.deactivate(self, f"request {req_state.req_id!r}: {error}")
             return
         logger.warning("mrope: request %r: %s; serving vLLM's positions for it", req_state.req_id, error)
-        _stats["fallback_requests"] += 1
+
+
+def _admit_vllm_positions(runner: Any, state: _RunnerState, req_state: Any) -> bool:
+    """A request mrope's rule refused: vLLM's positions for it (computed now: a streaming request's
+    prompt changed) registered in the table; False where the table refuses them too."""
+    try:
+        _original(_init_mrope_positions)(runner, req_state)
+        state.admit_positions(req_state)
+    except Exception:
+        return False
+    return True
 
 
 def _prepare_inputs(self: Any, scheduler_output: Any, num_scheduled_tokens: np.ndarray, *args: Any) -> Any:
@@ -595,8 +647,9 @@ def _condense(self: Any) -> None:
 def _get_rope_state(
     model_config: Any, model: Any, max_num_reqs: int, max_num_tokens: int, max_model_len: int, device: Any
 ) -> Any:
-    """V2's ``get_rope_state``: mrope's :class:`TableRopeState` where mrope serves the model, vLLM's
-    ``RopeState`` otherwise (logged, counted in ``fallback_runners``)."""
+    """V2's ``get_rope_state``: mrope's :class:`TableRopeState` (by the model's rule, or in positions
+    mode from vLLM's positions), vLLM's ``RopeState`` where a table cannot serve the model (logged,
+    counted in ``fallback_runners``)."""
     original = _original(_get_rope_state)
 
     def vllm_state() -> Any:
@@ -608,9 +661,10 @@ def _get_rope_state(
     multimodal = getattr(model_config, "multimodal_config", None)
     try:
         pruning = multimodal is not None and multimodal.is_multimodal_pruning_enabled()
-        family, reason = _served_family(model_config, pruning=pruning)
-        if family is not None:
-            return TableRopeState(
+        reason = _vllm_path_reason(model_config, pruning=pruning)
+        if reason is None:
+            family, why = _served_family(model_config)
+            state = TableRopeState(
                 family,
                 vllm_state,
                 is_enabled,
@@ -621,6 +675,9 @@ def _get_rope_state(
                 max_model_len=max_model_len,
                 device=device,
             )
+            if family is None:
+                _note_positions_mode(why)
+            return state
     except Exception as error:  # nothing mrope does may fail the engine
         reason = str(error)
     logger.warning("mrope: %s; vLLM's own M-RoPE state serves this model runner (V2)", reason)

@@ -11,14 +11,15 @@ rows of :mod:`mrope.core.segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``),
   made or compacted, are also a text segment from origin 0, all a decode tail needs but its start and
   base);
 - ``fields`` (rows ``T0 ... ORIGIN``, indexed by ``FT0, FHW0, FWIDTH, FIS_TEXT, OKEY``): ``t0``,
-  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.segments`) and ``base << 32 | origin`` (a token's
-  offset is its key minus this);
+  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.segments`) and ``(base << 32) + origin`` (a
+  token's offset is its key minus this; an origin before index 0, of positions whose h and w start on
+  different bases, :func:`._segments.from_positions`, is negative);
 - ``floats`` (2, capacity) float64, float32 tables only: rows ``FLOAT_T0`` and ``FLOAT_HW0``, the
   segments' ``t0`` and ``hw0`` (float32 values; the int64 rows are then 0).
 
-``keys`` and ``fields`` are views of ``data``. Indices (``start``, ``origin``, the prompt length) lie
-in ``[0, 2**32)``: :meth:`Pool.put` copies a request's segments as they are and writes ``base`` into
-the high 32-bit halves of the two index rows, which is the ``base << 32 |`` of both (no addition).
+``keys`` and ``fields`` are views of ``data``. Indices (``start``, the prompt length) lie in
+``[0, 2**32)``, an origin in ``(-2**32, 2**32)``: :meth:`Pool.put` copies a request's segments as they
+are and adds ``base << 32`` to the two index rows.
 
 A removed request leaves its entries as a hole (free keys between live entries keep the keys sorted);
 the next request of the same slot that fits takes the hole, so that an engine's steady removal and
@@ -27,7 +28,6 @@ admission of a slot (vLLM reuses a finished request's slot) neither moves ``top`
 
 from __future__ import annotations
 
-import sys
 from typing import TypeAlias
 
 import numpy as np
@@ -57,7 +57,6 @@ FLOAT_T0, FLOAT_HW0 = 0, 1  # rows of ``floats``
 #: a growing pool holds this many times its live entries (48 bytes each): compaction, which copies the
 #: pool, then runs once per three times the live entries added
 HEADROOM = 4
-_HIGH = 1 if sys.byteorder == "little" else 0  # the int32 half of an int64 holding bits 32 ... 63
 _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold base << 32 | index
 
 
@@ -89,7 +88,6 @@ class Pool:
         # item access (a memoryview's costs less than numpy's for one value at a time)
         self._data_items = memoryview(data)
         self._float_items = None if floats is None else memoryview(floats)
-        self._base_bits = data.view(np.int32)[_INDEX_ROWS, _HIGH::2]  # (2, capacity) int32
 
     def put(self, slot: int, ints: Segments, floats: Floats, length: int, delta: Number) -> Span:
         """Store ``slot``'s segments (from :mod:`._segments`, or a one-row layout written straight into
@@ -123,8 +121,8 @@ class Pool:
             self.floats[:, lo:last] = floats
             self._float_items[FLOAT_T0, last] = self._float_items[FLOAT_HW0, last] = delta
         items[WIDTH, last] = items[IS_TEXT, last] = 1
-        if not layout:
-            self._base_bits[:, lo:hi] = lo  # after the tail's start and origin
+        if not layout:  # after the tail's start and origin (an origin may lie before index 0: added)
+            self.data[_INDEX_ROWS, lo:hi] += lo << SHIFT
         self.hole[slot] = (0, 0)
         self.first[slot] = lo
         self.count[slot] = need
@@ -165,9 +163,9 @@ class Pool:
             items[HW0, entry] = flat[f + HW0]
             items[WIDTH, entry] = flat[f + WIDTH]
             items[IS_TEXT, entry] = flat[f + IS_TEXT]
-            items[ORIGIN, entry] = key | flat[f + ORIGIN]
+            items[ORIGIN, entry] = key + flat[f + ORIGIN]
         for column, (start, t0, hw0, width, is_text, origin), block in layout.frame_runs:
-            translation = np.array((key | start, t0, hw0, width, is_text, key | origin), dtype=np.int64)
+            translation = np.array((key | start, t0, hw0, width, is_text, key + origin), dtype=np.int64)
             entry = lo + column
             np.add(block, translation[:, None], out=self.data[:, entry : entry + block.shape[1]])
 

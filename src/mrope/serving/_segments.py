@@ -16,8 +16,8 @@ import numpy as np
 from .._backends import to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
-from ..core.render import render_all
-from ..core.segments import HW0, IS_TEXT, NUM_BASE_FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable
+from ..core.recover import segments_of
+from ..core.segments import ORIGIN, START, T0, WIDTH, SegmentTable
 
 
 def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -38,54 +38,11 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
 
 
 def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Segments that render exactly ``positions`` (3, L): text runs and vision frames.
-
-    Runs of ``(+1, +1, +1)`` steps on equal rows are text; runs of ``(0, 0, +1)`` steps are rows of a
-    frame; consecutive frame rows of one width, one t, one first w and h increasing by 1 make a frame.
-    The result is rendered and compared with ``positions``: anything else raises :class:`MRopeError`.
-    """
-    length = positions.shape[1]
-    t, h, w = positions
-    d = np.diff(positions, axis=1)
-    if positions.dtype.kind == "f":
-        # float32 arithmetic makes steps of fractional positions 1 +- a few ulp: runs are found from
-        # the rounded steps, then the render below checks every position exactly
-        near = np.rint(d)
-        d = np.where(np.abs(d - near) < 0.25, near, 0.5)
-    text_like = (t == h) & (h == w)
-    row_step = (d[0] == 0) & (d[1] == 0) & (d[2] == 1)
-    wrap = (d[0] == 0) & (d[1] == 1)  # next row of a frame: only vision tokens step like this
-    text_step = (d[0] == 1) & (d[1] == 1) & (d[2] == 1) & text_like[1:]
-    # a text-like token followed by a frame step starts that frame; one reached by a frame step ends it
-    text_step[:-1] &= ~(row_step[1:] | wrap[1:])
-    text_step[1:] &= ~(row_step[:-1] | wrap[:-1])
-    run_start = np.flatnonzero(np.concatenate([[True], ~(row_step | text_step)]))
-    run_len = np.diff(run_start, append=length)
-    run_text = np.zeros(run_start.size, dtype=bool)
-    long = run_len > 1
-    run_text[long] = text_step[run_start[long]]
-
-    # merge frame rows into frames
-    rt, rh, rw = t[run_start], h[run_start], w[run_start]
-    joins = np.zeros(run_start.size, dtype=bool)
-    joins[1:] = (
-        ~run_text[1:]
-        & ~run_text[:-1]
-        & (rt[1:] == rt[:-1])
-        & (run_len[1:] == run_len[:-1])
-        & (rw[1:] == rw[:-1])
-        & (np.abs(rh[1:] - rh[:-1] - 1) < 0.25 if positions.dtype.kind == "f" else rh[1:] == rh[:-1] + 1)
-    )
-    first = ~joins
-    seg_start = run_start[first]
-    data = np.empty((NUM_BASE_FIELDS, seg_start.size), dtype=np.float64 if floats else np.int64)
-    data[START] = seg_start
-    data[T0] = rt[first]
-    data[HW0] = rh[first]
-    data[WIDTH] = np.where(run_text[first], 1, run_len[first])
-    data[IS_TEXT] = run_text[first]
-    table = SegmentTable(data, length)
-    if not np.array_equal(render_all(table), positions):
+    """Segments that render exactly ``positions`` (3, L) (:func:`mrope.core.recover.segments_of`: text
+    runs, vision frames and integer positions of any shape); fractional ones that are not text runs and
+    frames raise :class:`MRopeError`."""
+    table = segments_of(positions, floats=floats)
+    if table is None:
         raise MRopeError(
             f"positions of slot {slot} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
             "of the M-RoPE rule, or (fractional positions) not exactly float32(t0 + o) from each run's "

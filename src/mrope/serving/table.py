@@ -388,12 +388,11 @@ class PositionTable:
         positions : shape (num_dims, L), numpy or torch; integer, or (float32 tables) float32: the rows
             of the table's requests (a table of other rows than (t, h, w) takes them once its first
             :meth:`add` has fixed how they follow from the rendered rows; its index rows must hold each
-            token's index). The rendered rows must
-            follow the M-RoPE rule (text runs and vision frames), which is checked: only the segments
-            are kept. Positions that segments cannot render exactly raise :class:`MRopeError` (use
-            :meth:`add`): a Qwen2.5-Omni video chunk that starts inside a frame row, and in float32
-            tables fractional runs whose positions are not ``float32(first + offset)`` (a Qwen3-Omni
-            audio split by video frames).
+            token's index). Only segments are kept: text runs and vision frames, and integer
+            positions of any shape (an engine's own rule: frames whose h and w start on different
+            bases, a chunk cut inside a frame row, lone tokens; at worst a segment per token). In
+            float32 tables, fractional runs whose positions are not ``float32(first + offset)`` (a
+            Qwen3-Omni audio split by video frames) raise :class:`MRopeError` (use :meth:`add`).
         delta : int (float32 tables: int or float, taken as float32), the offset of positions past the
             prompt (``index + delta``).
         """

@@ -7,7 +7,8 @@ with Qwen2.5-VL's weights under the released checkpoints' names (``model.layers.
 which SGLang's loader expects.
 
 Fixtures (session scope): ``checkpoint`` (family -> folder, built once); ``run_engines`` (a function
-running engines in a subprocess). Without SGLang installed the test files here are not collected
+running engines in a subprocess); per test: ``sglang_exec`` (SGLang's runtime context, for its step
+methods run without an engine). Without SGLang installed the test files here are not collected
 (under ``CI`` they are, and fail).
 """
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -95,3 +97,14 @@ def run_engines(
         return done.returncode, output, results
 
     return run
+
+
+@pytest.fixture
+def sglang_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's runtime context as an engine publishes it (no ``rl_on_policy_target``)."""
+    from sglang.srt import runtime_context
+    from sglang.srt.model_executor import forward_batch_info
+
+    context = SimpleNamespace(deterministic=SimpleNamespace(rl_on_policy_target=None))
+    monkeypatch.setattr(runtime_context, "get_exec", lambda: context)
+    monkeypatch.setattr(forward_batch_info, "get_exec", lambda: context)

@@ -27,17 +27,6 @@ PROMPTS = [
 SLOTS = [3, 1, 7, 2]
 
 
-@pytest.fixture
-def sglang_exec(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SGLang's runtime context as an engine publishes it (no ``rl_on_policy_target``)."""
-    from sglang.srt import runtime_context
-    from sglang.srt.model_executor import forward_batch_info
-
-    context = SimpleNamespace(deterministic=SimpleNamespace(rl_on_policy_target=None))
-    monkeypatch.setattr(runtime_context, "get_exec", lambda: context)
-    monkeypatch.setattr(forward_batch_info, "get_exec", lambda: context)
-
-
 def _requests() -> tuple[Any, list[Any], list[Any]]:
     """The family, SGLang's requests and their multimodal inputs (positions from SGLang's own function)."""
     from sglang.srt.layers.rotary_embedding.mrope_rope_index import get_rope_index

@@ -107,17 +107,86 @@ def test_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_off:
     assert off.workers[0]["mrope_stats"]["steps"] == 0
 
 
-def test_unknown_model_falls_back_to_vllm(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
-    """A model mrope does not serve: vLLM's own path computes every position (counted, logged),
-    the tokens are vLLM's."""
-    prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
+def test_model_without_rule_is_served_in_positions_mode(
+    qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model mrope has no rule for (forced: ``unsupported_reason`` names one) is served in positions
+    mode: vLLM's own prompt positions registered, every step the table's. Check mode compares each
+    step with vLLM's; the tokens equal vLLM's through preemption and prefix-cache hits; registered
+    positions corrupted (h and w rows made the t row) change the tokens of the prompts with images."""
+    prompts = harness.prompt_list("qwen2_5_vl")
     with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
         monkeypatch.setattr(
-            plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend unsupported"
+            plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule"
         )
+
+        plugin.enable("check")
+        assert engine.generate(prompts) == expected
+        checked = plugin.stats()
+        assert checked["positions_runners"] == 1
+        assert checked["positions_requests"] == checked["admitted"] == len(prompts)
+        assert checked["checked_steps"] == checked["steps"] > 0
+        assert checked["fallback_requests"] == checked["fallback_steps"] == 0
+
+        plugin.enable("mrope")
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        assert engine.last.preemptions > 0
+        served = plugin.stats()
+        assert served["positions_requests"] == served["admitted"] == len(prompts)
+        assert served["steps"] > 0 and served["checked_steps"] == 0
+        assert served["fallback_requests"] == served["fallback_steps"] == 0
+
+        with harness.flattened_positions() as flattened:  # negative control, through add_positions
+            corrupted = engine.generate(prompts)
+        assert flattened.changed > 0
+        assert _vision_changed(expected, corrupted, prompts) > 0
+
+
+def test_pruning_keeps_vllms_path(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
+    """A runner no table serves (forced: video token pruning, or other than 3 rows): vLLM's own path
+    computes every position (counted, logged), the tokens are vLLM's."""
+    prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
+    with harness.Engine(qwen2_5_vl_dir) as engine:
+        expected = engine.generate(prompts)
+        monkeypatch.setattr(plugin, "_vllm_path_reason", lambda config, pruning: "pretend pruning")
         plugin.enable()
         assert engine.generate(prompts) == expected
     stats = plugin.stats()
     assert stats["fallback_requests"] == len(prompts) and stats["fallback_steps"] > 0
-    assert stats["steps"] == stats["admitted"] == 0
+    assert stats["steps"] == stats["admitted"] == stats["positions_runners"] == 0
+
+
+def test_refused_request_is_served_from_vllms_positions(
+    qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose inputs mrope's rule refuses (a plain exception) gets vLLM's positions in the
+    table, the runner keeps serving the others by the rule; when the table refuses those positions
+    too, the runner hands every request to vLLM's path. The tokens stay vLLM's."""
+    prompts = harness.prompt_list("qwen2_5_vl")
+    inputs = plugin.admission_inputs
+
+    def refuse_videos(family, features):
+        if any(f.modality == "video" for f in features):
+            raise ValueError("pretend malformed video feature")
+        return inputs(family, features)
+
+    with harness.Engine(qwen2_5_vl_dir) as engine:
+        expected = engine.generate(prompts)
+        monkeypatch.setattr(plugin, "admission_inputs", refuse_videos)
+        plugin.enable()
+        assert engine.generate(prompts) == expected
+        stats = plugin.stats()
+        videos = sum("video" in p.get("multi_modal_data", {}) for p in prompts)
+        assert videos > 0 and stats["fallback_requests"] == videos
+        assert stats["admitted"] == len(prompts) and stats["positions_requests"] == 0
+        assert stats["steps"] > 0 and stats["fallback_steps"] == 0
+
+        def refuse_positions(self, *args, **kwargs):
+            raise mrope.MRopeError("pretend these positions cannot be held")
+
+        monkeypatch.setattr(mrope.PositionTable, "add_positions", refuse_positions)
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        assert plugin.stats()["fallback_steps"] > 0

@@ -727,12 +727,133 @@ def test_every_vllm_mrope_model_is_served_or_listed():
         assert case.model_type in mrope.supported_model_types()
 
 
-def test_isaac_runners_keep_vllms_path_naming_the_missing_token_id():
-    # Isaac's config does not hold its placeholder id: the runner keeps vLLM's path and says why
+def test_isaac_runners_take_positions_mode_naming_the_missing_token_id():
+    # Isaac's config does not hold its placeholder id: no family, so positions mode, and the reason
     from mrope.integrations import vllm as plugin
 
-    family, reason = plugin._served_family(_Runner(setup_of("isaac").config).model_config, pruning=False)
+    family, reason = plugin._served_family(_Runner(setup_of("isaac").config).model_config)
     assert family is None and "isaac needs the setting 'image_token_id'" in reason
     with_id = IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}, image_token_id=IMAGE)
-    family, reason = plugin._served_family(_Runner(with_id).model_config, pruning=False)
+    family, reason = plugin._served_family(_Runner(with_id).model_config)
     assert reason is None and family.model_type == "isaac"
+
+
+def test_only_rows_and_pruning_keep_vllms_path():
+    # what no table serves: other than 3 position rows, video token pruning; anything else a table does
+    from mrope.integrations import vllm as plugin
+
+    config = SimpleNamespace(hf_config=setup_of("isaac").config, mrope_num_dims=4)
+    assert "4 M-RoPE position rows" in plugin._vllm_path_reason(config, pruning=False)
+    config.mrope_num_dims = 3
+    assert "pruning" in plugin._vllm_path_reason(config, pruning=True)
+    assert plugin._vllm_path_reason(config, pruning=False) is None
+
+
+# -- positions mode: a V1 runner whose model mrope has no rule for, served from vLLM's positions -------
+class _StepRunner(_Runner):
+    """:class:`_Runner` with what vLLM's own admission and step read (``get_model``, the batch's request
+    ids, ``requests``, the torch position buffer), so that check mode runs vLLM's step beside mrope's."""
+
+    def __init__(self, config: Any, model: Any) -> None:
+        super().__init__(config)
+        self.model = model
+        buffer = torch.zeros((3, 513), dtype=torch.int64)
+        self.mrope_positions = SimpleNamespace(cpu=buffer, np=buffer.numpy())
+        self.input_batch.req_ids = []
+        self.input_batch.num_reqs = 0
+
+    def get_model(self) -> Any:
+        return self.model
+
+    def admit(self, req_id: str, request: Request, computed: int = 0) -> None:
+        """A new request (``computed``: tokens a prefix-cache hit already holds), through the plugin."""
+        from mrope.integrations import vllm as plugin
+
+        req_state = SimpleNamespace(
+            req_id=req_id,
+            prompt_token_ids=request.ids,
+            mm_features=request.features,
+            prompt_embeds=None,
+            mrope_positions=None,
+            mrope_position_delta=None,
+            num_computed_tokens=computed,
+        )
+        self.requests[req_id] = req_state
+        plugin._init_mrope_positions(self, req_state)
+
+    def step(self, scheduled: dict[str, int]) -> None:
+        """One step of the requests in ``scheduled`` (request -> tokens, in persistent-batch order), as
+        vLLM's persistent batch and ``_prepare_inputs`` hand it to the plugin; then their tokens count."""
+        from mrope.integrations import vllm as plugin
+
+        batch = self.input_batch
+        batch.req_ids = list(scheduled)
+        batch.req_id_to_index = {req_id: i for i, req_id in enumerate(scheduled)}
+        batch.num_reqs = len(scheduled)
+        state = self._mrope
+        for i, req_id in enumerate(scheduled):
+            batch.num_computed_tokens_cpu[i] = self.requests[req_id].num_computed_tokens
+            state.batch_slots[i] = state.slot_of[req_id]  # what the plugin's add_request keeps
+        state.num_scheduled = np.array(list(scheduled.values()), dtype=np.int32)
+        plugin._calc_mrope_positions(self, SimpleNamespace(num_scheduled_tokens=dict(scheduled)))
+        for req_id, num in scheduled.items():
+            self.requests[req_id].num_computed_tokens += num
+
+
+def _run_isaac(requests_: list[Request], chunk: int, mode: str) -> dict[str, Any]:
+    """Three Isaac requests in a V1 runner in positions mode: chunked prefill, the second a prefix-cache
+    hit, the first preempted for two steps and resumed, decode past the prompt; the plugin's counters."""
+    from mrope.integrations import vllm as plugin
+
+    setup = setup_of("isaac")
+    plugin.disable()
+    plugin.reset_stats()
+    plugin.enable(mode)
+    try:
+        runner = _StepRunner(setup.config, setup.model)
+        for i, request in enumerate(requests_):
+            runner.admit(f"r{i}", request, computed=min(i, 1) * (len(request.ids) // 2))
+        assert runner._mrope.positions_mode
+        remaining = {
+            f"r{i}": len(r.ids) - runner.requests[f"r{i}"].num_computed_tokens
+            for i, r in enumerate(requests_)
+        }
+        for k in range(12):
+            running = [r for r in remaining if not (r == "r0" and k in (2, 3))]  # r0 preempted, resumed
+            scheduled = {r: max(1, min(chunk, remaining[r])) for r in running}
+            runner.step(scheduled)
+            for r, num in scheduled.items():
+                remaining[r] = max(0, remaining[r] - num)
+        return plugin.stats()
+    finally:
+        plugin.disable()
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_v1_positions_mode_serves_isaac_steps_as_vllm(data):
+    # every step of a runner in positions mode equals vLLM's own step (check mode compares each one),
+    # and the table writes the steps; negative control: a wrong delta is caught by check mode
+    setup = setup_of("isaac")
+    requests_ = [data.draw(requests(setup), label=f"request {i}") for i in range(3)]
+    chunk = data.draw(st.integers(1, 8), label="chunk")
+    checked = _run_isaac(requests_, chunk, "check")
+    assert checked["positions_runners"] == 1 and checked["positions_requests"] == checked["admitted"] == 3
+    assert checked["checked_steps"] == checked["steps"] == 12
+    assert checked["fallback_requests"] == checked["fallback_steps"] == checked["fallback_runners"] == 0
+    served = _run_isaac(requests_, chunk, "mrope")
+    assert served["steps"] == 12 and served["positions_requests"] == 3 and served["fallback_steps"] == 0
+
+
+def test_v1_positions_mode_check_catches_wrong_positions(monkeypatch):
+    # negative control: positions registered with a delta one too large differ from vLLM's past the prompt
+    add_positions = PositionTable.add_positions
+
+    def wrong_delta(self, slot, positions, delta):
+        return add_positions(self, slot, positions, delta + 1)
+
+    monkeypatch.setattr(PositionTable, "add_positions", wrong_delta)
+    request = Request([1000, IMAGE, IMAGE, IMAGE, IMAGE, 1001], [])
+    request.features.append(_feature("image", 1, 4, {"image_grid_thw": torch.tensor([1, 4, 4])}))
+    with pytest.raises(MRopeError, match=r"mrope check: request .r0., step 2: column 0 \(sequence index 6\)"):
+        _run_isaac([request] * 3, 8, "check")

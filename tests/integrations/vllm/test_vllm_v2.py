@@ -117,19 +117,57 @@ def test_v2_entry_point_with_vllm_multiprocessing(qwen2_5_vl_dir: Path, plugin_o
         assert (stats["checked_steps"] > 0) == (mode == "check"), stats
 
 
-def test_v2_unknown_model_keeps_vllm_state(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
-    """A model mrope does not serve: vLLM's own ``RopeState`` is built (logged, counted), the tokens
-    are vLLM's."""
+def test_v2_model_without_rule_is_served_in_positions_mode(
+    qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model mrope has no rule for (forced: ``unsupported_reason`` names one): mrope's state serves it
+    in positions mode (the model's ``get_mrope_input_positions`` registered, every step one
+    ``fill_ragged``); check mode compares each step with vLLM's ``RopeState``; the tokens equal vLLM's
+    through preemption and prefix-cache hits; registered positions corrupted change the tokens of the
+    prompts with images."""
+    prompts = harness.prompt_list("qwen2_5_vl")
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        expected = engine.generate(prompts)
+    monkeypatch.setattr(plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule")
+    plugin.enable("check")
+    with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
+        assert _v2_worker(engine)["rope_state"] == "TableRopeState"
+        assert engine.generate(prompts) == expected
+        checked = plugin.stats()
+        assert checked["positions_runners"] == 1 and checked["fallback_runners"] == 0
+        assert checked["positions_requests"] == checked["admitted"] >= len(prompts)
+        assert checked["checked_steps"] == checked["steps"] > 0
+
+        plugin.enable("mrope")
+        plugin.reset_stats()
+        assert engine.generate(prompts) == expected
+        assert engine.last.preemptions > 0
+        served = plugin.stats()
+        assert served["positions_requests"] == served["admitted"] == len(prompts) + engine.last.preemptions
+        assert served["steps"] > 0 and served["checked_steps"] == 0
+        assert served["fallback_requests"] == served["fallback_steps"] == 0
+
+        with harness.flattened_positions() as flattened:  # negative control, through add_positions
+            corrupted = engine.generate(prompts)
+        assert flattened.changed > 0
+        pairs = zip(expected, corrupted, prompts, strict=True)
+        assert any(a != b for a, b, p in pairs if harness.has_vision(p))
+
+
+def test_v2_pruning_keeps_vllm_state(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
+    """A runner no table serves (forced: video token pruning, or other than 3 rows): vLLM's own
+    ``RopeState`` is built (logged, counted), the tokens are vLLM's."""
     prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
-    monkeypatch.setattr(plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend")
+    monkeypatch.setattr(plugin, "_vllm_path_reason", lambda config, pruning: "pretend pruning")
     plugin.enable()
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert _v2_worker(engine)["rope_state"] == "RopeState"
         assert engine.generate(prompts) == expected
     stats = plugin.stats()
     assert stats["fallback_runners"] == 1 and stats["steps"] == stats["admitted"] == 0
+    assert stats["positions_runners"] == 0
 
 
 def test_v2_refused_request_and_hand_over(qwen2_5_vl_dir: Path, plugin_off: None, monkeypatch) -> None:
