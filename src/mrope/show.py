@@ -102,14 +102,10 @@ def show(
         matplotlib is not installed, ``family`` is not a family, ``path`` is not a ``.png`` in an
         existing folder (or is a folder, or cannot be written), ``compat`` is unknown, the prompt has
         more than ``mrope.show.MAX_TOKENS`` (2**20) tokens, or it is refused by
-        [`Family.positions`][mrope.Family.positions]; a family whose positions are not segments
-        (``family.not_segments``: MiniCPM-V 4.7).
+        [`Family.positions`][mrope.Family.positions].
     """
     if not isinstance(family, Family):
         raise MRopeError(f"family must be a mrope Family (mrope.from_config), got {type(family).__name__}")
-    refused = family.segments_error("mrope.show (which draws them from the segment table)")
-    if refused is not None:
-        raise refused
     out = Path(path)
     if out.suffix.lower() != ".png":
         raise MRopeError(f"path must end in .png, got {str(path)!r}")

@@ -37,7 +37,7 @@ VLLM_PEER_ONLY = {
 OWN_PEER_TESTS = {
     "glm_image": "prompts carry the grids of the images still to be generated and batches images_per_sample "
     "(tests/families/test_glm_image.py)",
-    "minicpmv4_7": "its crops take target_sizes, not grids, and its positions are not segments "
+    "minicpmv4_7": "its crops take target_sizes, not grids, and it computes its positions itself "
     "(tests/families/test_minicpmv4_7.py)",
 }
 

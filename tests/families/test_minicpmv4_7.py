@@ -1,8 +1,8 @@
 """MiniCPM-V 4.7 (``mrope.families.minicpmv4_7``) against transformers 5.24's own ``get_rope_index`` (unbound
 on its config) on prompts in its processor's layout: images with and without slices (rows of slices
 joined by a newline, slices of their own sizes, ragged rows), videos of several frames, text between
-them (newlines, image ids, nothing); padded batches; both downsample modes; the errors; and the refusals
-of what takes segments."""
+them (newlines, image ids, nothing); padded batches; both downsample modes; the errors; and the serving
+table, which holds the segments recovered from its positions."""
 
 from typing import Any
 
@@ -45,14 +45,18 @@ def torch_sizes(found: dict[str, Any]) -> dict:
     return {k: None if found.get(k) is None else torch.tensor(found[k], dtype=torch.int32) for k in names}
 
 
+def sizes_of(found: dict[str, Any]) -> dict[str, Any]:
+    """The crops' sizes of ``found``, as ``family.positions`` takes them."""
+    return {k: found.get(k) for k in ("target_sizes", "target_sizes_videos")}
+
+
 def check_prompt(cfg, family, ids, found, mode=None) -> None:
     import torch
 
     expected, deltas = transformers_minicpmv4_7_rope_index(
         family, cfg, torch.tensor([ids]), downsample_mode=mode, **torch_sizes(found)
     )
-    sizes = {k: found.get(k) for k in ("target_sizes", "target_sizes_videos")}
-    positions, delta = family.positions(ids, downsample_mode=mode, **sizes)
+    positions, delta = family.positions(ids, downsample_mode=mode, **sizes_of(found))
     np.testing.assert_array_equal(positions, as_numpy(expected)[:, 0], strict=True)
     assert delta == as_numpy(deltas)[0, 0] == positions.max() + 1 - len(ids)
 
@@ -159,30 +163,56 @@ def test_errors_name_what_is_wrong():
         mrope.from_config({"model_type": "minicpmv4_7", **IDS, "newline_id": IMAGE})
 
 
-def test_what_takes_segments_refuses_it_and_the_table_takes_its_positions(tmp_path):
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_serving_table_gives_transformers_positions(minicpm, data):
+    """Two requests in a :class:`mrope.PositionTable` (their segments recovered from the family's
+    positions), filled in random chunks on the numpy, numba and torch paths: transformers' positions,
+    then ``index + delta``; at most a segment per token."""
+    import torch
+
+    cfg, family = minicpm
+    requests = data.draw(st.lists(prompts(), min_size=2, max_size=2), label="prompts")
+    expected = []
+    for ids, found in requests:
+        prompt, deltas = transformers_minicpmv4_7_rope_index(
+            family, cfg, torch.tensor([ids]), **torch_sizes(found)
+        )
+        past = len(ids) + int(as_numpy(deltas)[0, 0]) + np.arange(3)
+        expected.append(np.concatenate([as_numpy(prompt)[:, 0], np.tile(past, (3, 1))], axis=1))
+        table, _ = family.segments(ids, **sizes_of(found))
+        assert table.num_segments <= len(ids)
+    totals = np.array([e.shape[1] for e in expected])
+    chunks = data.draw(st.lists(st.integers(1, 23), min_size=1, max_size=20), label="chunks")
+    for backend in ("numpy", "numba", "torch"):
+        table = PositionTable(4, backend="numpy" if backend == "numpy" else "auto")
+        for slot, (ids, found) in zip((3, 1), requests, strict=True):
+            table.add(slot, family, ids, **sizes_of(found))
+        got = [np.zeros((3, 0), dtype=np.int64) for _ in requests]
+        done, step = np.zeros(2, dtype=np.int64), 0
+        while (done < totals).any():
+            sizes = np.full(2, chunks[step % len(chunks)]).clip(0, totals - done)
+            out = np.zeros((3, int(sizes.sum())), dtype=np.int64)
+            slots, computed = np.array([3, 1]), done.copy()
+            if backend == "torch":
+                tensors = (torch.from_numpy(a) for a in (out, slots, computed, sizes))
+                table.fill(*tensors, out.shape[1])
+            else:
+                table.fill(out, slots, computed, sizes)
+            parts = np.split(out, np.cumsum(sizes)[:-1], axis=1)
+            got = [np.concatenate([g, part], axis=1) for g, part in zip(got, parts, strict=True)]
+            done += sizes
+            step += 1
+        for row, want in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(row, want, err_msg=backend)
+
+
+def test_the_vllm_integration_serves_it_in_positions_mode():
+    """The plugin's admission does not read its crops from vLLM's mm_features: vLLM's own positions."""
     from mrope.integrations._vllm_inputs import unsupported_reason
 
     family = mrope.from_config({"model_type": "minicpmv4_7", **IDS})
-    one = [IMAGE_START, *[IMAGE] * 4, IMAGE_END]
-    reason = "h and w on different bases and the thumbnail is resampled"
-    with pytest.raises(
-        MRopeError, match=f"Family.segments .*cannot express its positions: slices and .*{reason}"
-    ):
-        family.segments(one, target_sizes=[[8, 8]])
-    table = PositionTable(max_requests=2)
-    with pytest.raises(MRopeError, match=reason):
-        table.add(0, family, one)
-    # the table holds its positions as given: the prompt's, then index + delta
-    ids = [5, *one, SLICE_START, *[IMAGE] * 6, SLICE_END, SLICE_START, *[IMAGE] * 6, SLICE_END, NEWLINE, 6]
-    positions, delta = family.positions(ids, target_sizes=[[8, 8], [12, 8], [12, 8]])
-    table.add_positions(0, positions, delta)
-    out = np.zeros((3, len(ids) + 2), dtype=np.int64)
-    assert table.fill(out, np.array([0]), np.array([0]), np.array([len(ids) + 2])) == len(ids) + 2
-    np.testing.assert_array_equal(out[:, : len(ids)], positions)
-    assert out[:, len(ids) :].tolist() == [[len(ids) + delta, len(ids) + 1 + delta]] * 3
-    with pytest.raises(MRopeError, match=f"mrope.show .*{reason}"):
-        mrope.show(family, one, path=tmp_path / "minicpm.png")
-    assert "mrope's vLLM integration takes mrope's segments" in unsupported_reason(family)
+    assert "target_sizes" in unsupported_reason(family)
 
 
 def test_the_rotary_embedding_is_qwen3_5s(minicpm):

@@ -598,7 +598,7 @@ def test_rope_index_in_a_dataset_and_collate() -> None:
     assert torch.equal(rope_deltas, expected_deltas)
 
 
-# -- MiniCPM-V 4.7: its own inputs (per-crop target sizes), positions that are not segments --------------
+# -- MiniCPM-V 4.7: its own inputs (per-crop target sizes), positions it computes itself ------------------
 def minicpmv4_7_inputs() -> dict[str, Any]:
     """A left-padded batch for the tiny MiniCPM-V 4.7 (no pixels): a picture with two rows of two slices
     and a newline after it; text only; a picture without slices next to a video of two frames."""

@@ -143,10 +143,6 @@ class Family:
     #: where a setting that is not a top-level or ``vision_config`` field is read from (the error for a
     #: config without it names the field)
     setting_sources: ClassVar[Mapping[str, str]] = {}
-    #: why the family's positions are not the segment model's (None: they are); such a family computes
-    #: them itself, and what takes segments (:meth:`segments`, hence the serving table, :func:`mrope.show`
-    #: and the engine integrations) refuses it with this reason (MiniCPM-V 4.7)
-    not_segments: ClassVar[str | None] = None
 
     model_type: str = field(kw_only=False)
     #: where text resumes after a vision block: "vllm" or "transformers" (see :mod:`mrope.core.place`)
@@ -226,17 +222,7 @@ class Family:
     def segment_rows_error(self, what: str) -> MRopeError | None:
         """Why ``what`` (an engine integration), which takes the segment model's rows (t, h, w) only,
         cannot take this family's positions; None: it can."""
-        return self.segments_error(what)
-
-    def segments_error(self, what: str) -> MRopeError | None:
-        """Why ``what``, which takes mrope's segments, cannot take this family's positions
-        (:attr:`not_segments`); None: they are segments."""
-        if self.not_segments is None:
-            return None
-        return MRopeError(
-            f"{self.model_type}: {what} takes mrope's segments, which cannot express its positions: "
-            f"{self.not_segments}"
-        )
+        return None
 
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
         """Each row's positions (3, n) of the tokens generated after a padded batch's prompts, for a
@@ -408,7 +394,8 @@ class Family:
         GLM-Image's table covers the tokens its prompt generates too (:mod:`mrope.families.glm_image`).
         The table renders the rows (t, h, w); the family's rows follow from them by :attr:`segment_rows`
         (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's.
-        A family whose positions are not segments (:attr:`not_segments`) raises :class:`MRopeError`."""
+        A family that computes its positions itself (MiniCPM-V 4.7) gives the segments recovered from
+        them (:func:`mrope.core.segments_of`)."""
         given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
         given += (audio_seqlens, use_audio_in_video, frame_offsets)
         return self.one_prompt(input_ids, given, items, segments=True, layout=layout, extra=extra_inputs)
@@ -503,10 +490,6 @@ class Family:
     ) -> tuple[Any, int | float]:
         """:meth:`positions` (or, with ``segments``, :meth:`segments`) from their arguments: ``given``
         the array inputs in :meth:`request_inputs`' order, or ``items``; ``extra`` the family's others."""
-        if segments:
-            refused = self.segments_error("Family.segments (the serving table, show, the engines)")
-            if refused is not None:
-                raise refused
         if items is None:
             inputs = self.request_inputs(input_ids, *given, **(extra or {}))  # (positionally: admission)
         elif extra:

@@ -1,4 +1,4 @@
-"""MiniCPM-V 4.7 (``minicpmv4_7``): canvas positions, which the family computes itself (not segments).
+"""MiniCPM-V 4.7 (``minicpmv4_7``): canvas positions, which the family computes itself.
 
 transformers 5.24's ``MiniCPMV4_7Model.get_rope_index`` (vLLM 0.32's ``get_mrope_input_positions`` is the
 same rule where the config sets ``uses_mrope_canvas``; sequential positions otherwise). A *crop* is a run
@@ -22,7 +22,9 @@ sh0, cols * sw0)`` from the first slice's grid (no slices: the thumbnail's grid)
 Text takes the running position; a frame takes ``max(CH, CW) + 1`` of them. Frames that only markers and
 newlines separate share a group (a video's frames; a picture right against another), the later frame's
 ``<image>`` then positioned by it. The h and w of a token differ from each other and the thumbnail is
-resampled, so no segment (one base and ``h = hw0 + off // W``) expresses them (:attr:`not_segments`).
+resampled: the family computes its positions itself, and its segments (the serving table's state) are
+recovered from them (:func:`mrope.core.segments_of`: a frame's slices and rows on two bases by their
+origins, a thumbnail token each).
 The token types are read from the ids (``mm_token_type_ids`` is not needed); ``delta`` is
 ``max + 1 - L`` (transformers' ``rope_deltas``), a token past the prompt at ``index + delta``.
 """
@@ -36,6 +38,7 @@ import numpy as np
 
 from .._backends import to_int_array
 from .._errors import MRopeError
+from ..core import segments_of, segments_one_row
 from ..core.place import LARGEST_POSITION
 from ._base import Family, check_setting
 from .inputs import ArrayLike, RequestInputs, Seconds
@@ -89,11 +92,6 @@ class MiniCPMV4_7(Family):
     extra_inputs = ("target_sizes", "target_sizes_videos", "downsample_mode")
     rotary_layout = "interleaved"
     default_mrope_sections = {"qwen3_5_text": (11, 11, 10)}
-    not_segments = (
-        "slices and markers put h and w on different bases and the thumbnail is resampled over the slice "
-        "canvas (round(linspace)), where a segment has one base and steps of 1; family.positions and "
-        "mrope.get_rope_index compute them (PositionTable.add_positions holds them)"
-    )
 
     image_token_id: int
     video_token_id: int
@@ -162,12 +160,16 @@ class MiniCPMV4_7(Family):
         return _NONE, _NONE, None
 
     def parse(self, inputs: RequestInputs) -> Any:
-        """No blocks: the family's positions are not segments (:meth:`stream_positions` computes them)."""
-        raise MRopeError(f"{self.model_type}: {self.not_segments}")
+        """No placed blocks: :meth:`stream_positions` computes the positions."""
+        raise MRopeError(f"{self.model_type} computes its positions itself: it has no blocks to place")
 
     def prompt(self, inputs: RequestInputs, *, segments: bool, layout: bool = False) -> Any:
-        """One prompt's positions and delta (its segments are refused before this is reached)."""
+        """One prompt's positions and delta; with ``segments``, the segments recovered from them."""
         positions, delta = self.stream_positions(inputs)
+        if segments:
+            if not positions.shape[1]:  # no tokens: the one empty text segment of any empty prompt
+                return segments_one_row([], 0, self.compat)
+            return segments_of(positions), int(delta[0])
         return positions, int(delta[0])
 
     def stream_positions(self, inputs: RequestInputs) -> tuple[np.ndarray, np.ndarray]:

@@ -70,8 +70,13 @@ def unsupported_reason(family: Family) -> str | None:
             f"{family.model_type}: the tokens generated after the prompt do not take index + delta (they "
             "take family.generation_positions()): mrope's vLLM integration serves index + delta"
         )
-    if family.extra_inputs and not getattr(family, "vllm_rule", False):  # Omni, transformers' rule
-        return (
+    if family.extra_inputs and not getattr(family, "vllm_rule", False):
+        if "audio_seqlens" not in family.extra_inputs:  # (MiniCPM-V 4.7's crop sizes)
+            return (
+                f"{family.model_type} takes {', '.join(family.extra_inputs)}, which the plugin's admission "
+                "does not read from vLLM's mm_features"
+            )
+        return (  # an Omni thinker under transformers' rule
             f"{family.model_type} computes transformers' Omni rule (compat={family.compat!r}, "
             f"video_time={family.video_time!r}); vLLM's is compat='vllm', video_time='float64' "
             "(VLLM_SETTINGS)"

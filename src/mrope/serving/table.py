@@ -305,6 +305,7 @@ class PositionTable:
         frame_offsets: Any = None,
         items: Any = None,
         replace: bool = False,
+        **extra_inputs: Any,
     ) -> None:
         """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
 
@@ -329,6 +330,9 @@ class PositionTable:
         replace : bool; True: a request ``slot`` holds is replaced in the same call, in its pool entries
             where the new one fits them (an engine that overwrites a slot at admission, as vLLM's V2
             runner does); a refused call leaves it in place
+        **extra_inputs : the family's own inputs (``family.extra_inputs``: MiniCPM-V 4.7's
+            ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``), as :meth:`Family.positions`
+            takes them
 
         Raises
         ------
@@ -363,6 +367,7 @@ class PositionTable:
             frame_offsets=frame_offsets,
             items=items,
             layout=not self._floats,
+            **extra_inputs,
         )
         if type(segments) is OneRowLayout:  # a few blocks: written straight into the pool
             length = segments.length

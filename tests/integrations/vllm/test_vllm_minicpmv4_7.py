@@ -4,7 +4,7 @@ multiples of the merge, as the processor makes them: vLLM derives a crop's grid 
 positions one it cannot derive in order) its positions and delta equal vLLM's where the config sets
 ``uses_mrope_canvas`` (vLLM's canvas rule); without it vLLM positions every token in order, which mrope
 does not (transformers' rule is the canvas). mrope's vLLM
-integration refuses the family: its positions are not segments, which the plugin's table serves.
+integration serves the model in positions mode (its admission does not read the crops from mm_features).
 
 Each request's items are ``MultiModalFeatureSpec`` with vLLM's fields (an image's ``tgt_sizes``, a video's
 ``video_tgt_sizes``: its crops' (H, W)), called on a stand-in ``self`` holding the config."""
@@ -79,9 +79,11 @@ def test_without_uses_mrope_canvas_vllm_positions_every_token_in_order():
     assert positions[1].tolist() != list(range(len(ids)))  # (the canvas: transformers' rule)
 
 
-def test_the_vllm_integration_refuses_it():
+def test_the_vllm_integration_serves_it_from_vllms_positions():
+    """Its rule is not the plugin's (the admission does not read its crops from vLLM's mm_features):
+    positions mode serves it, from vLLM's own positions."""
     family = mrope.from_config(config(uses_mrope_canvas=True), **VLLM_SETTINGS)
     reason = unsupported_reason(family)
-    assert reason is not None and "takes mrope's segments, which cannot express its positions" in reason
-    with pytest.raises(MRopeError, match="h and w on different bases"):
+    assert reason is not None and "does not read from vLLM's mm_features" in reason
+    with pytest.raises(MRopeError, match="target_sizes"):
         inputs_from_mm_features(family, [])

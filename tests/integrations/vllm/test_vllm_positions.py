@@ -672,9 +672,9 @@ _QWEN_KIN = (
 VLLM_UNSUPPORTED = {
     "clef_omni:ClefOmniForJointSchema": _QWEN_KIN.format(rule="Qwen3-Omni"),
     "minicpmv4_7:MiniCPMV4_7ForConditionalGeneration": "mrope computes its canvas rule (family.positions, "
-    "equal to this code in test_vllm_minicpmv4_7.py), but its positions are not segments (a thumbnail "
-    "resampled over the slice canvas, h and w on different bases), which the plugin's table serves: "
-    "unsupported_reason refuses it; vLLM applies the rule only where the config sets uses_mrope_canvas",
+    "equal to this code in test_vllm_minicpmv4_7.py; vLLM applies it only where the config sets "
+    "uses_mrope_canvas), but the plugin's admission does not read its crops (target_sizes) from the "
+    "mm_features: the plugin serves it in positions mode, from vLLM's own positions",
     "glm4v:GLM4VForCausalLM": "GLM-4V (ChatGLM), its own rule and remote-code config",
     "colqwen3:ColQwen3Model": _QWEN_KIN.format(rule="Qwen3-VL"),
     "colqwen3_5:ColQwen3_5Model": _QWEN_KIN.format(rule="Qwen3.5"),
