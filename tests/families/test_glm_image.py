@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 import mrope
 from mrope import MRopeError
+from support.engine import chunked_fill
+from support.glm_image import END, IMAGE, START, glm_prompts
 from support.peers import as_numpy, require, transformers_config, transformers_glm_image_rope_index
-
-START, END, IMAGE = 16384, 16385, 167855
-TEXT = st.integers(0, 16383)  # ids that are not markers (the text vocabulary reaches far past them)
 
 
 @pytest.fixture(scope="module")
@@ -22,29 +21,6 @@ def glm_image():
     require("torch", "transformers")
     config = transformers_config("glm_image")
     return config, mrope.from_config(config, compat="transformers")
-
-
-@st.composite
-def glm_prompts(
-    draw: st.DrawFn, max_sources: int = 3, max_side: int = 5
-) -> tuple[list[int], list[list[int]]]:
-    """A prompt as GLM-Image's processor lays it out, and its grids: text-to-image (no source image, the
-    two target grids, each described in text) or image-to-image (source images ``image_start, H * W
-    image tokens, image_end`` among the text, then one target grid), ending with the generation's
-    ``image_start``."""
-    side = st.integers(1, max_side)
-    sources = draw(st.integers(0, max_sources))
-    ids: list[int] = []
-    grids = []
-    for _ in range(sources):
-        ids += draw(st.lists(TEXT, max_size=4))
-        h, w = draw(side), draw(side)
-        ids += [START] + [IMAGE] * (h * w) + [END]
-        grids.append([1, h, w])
-    ids += draw(st.lists(TEXT, min_size=0 if sources else 1, max_size=6))  # the grids' text, the prompt's
-    targets = 2 if sources == 0 else 1
-    grids += [[1, draw(side), draw(side)] for _ in range(targets)]
-    return ids + [START], grids
 
 
 def check_prompt(config, family, ids: list[int], grids: list[list[int]]) -> None:
@@ -278,23 +254,7 @@ def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformer
         table = mrope.PositionTable(4, backend="numpy" if backend == "numpy" else "auto")
         for slot, (ids, grids) in zip((3, 1), prompts, strict=True):
             table.add(slot, family, ids, image_grid_thw=grids)
-        got = [np.zeros((3, 0), dtype=np.int64) for _ in prompts]
-        done = np.zeros(2, dtype=np.int64)
-        step = 0
-        while (done < totals).any():
-            sizes = np.array([c[step % len(c)] for c in chunks]).clip(0, totals - done)
-            out = np.zeros((3, int(sizes.sum())), dtype=np.int64)
-            slots, computed = np.array([3, 1]), done.copy()
-            if backend == "torch":
-                target = torch.from_numpy(out)
-                as_tensor = torch.from_numpy
-                table.fill(target, as_tensor(slots), as_tensor(computed), as_tensor(sizes), int(sizes.sum()))
-            else:
-                table.fill(out, slots, computed, sizes)
-            split = np.split(out, np.cumsum(sizes)[:-1], axis=1)
-            got = [np.concatenate([g, part], axis=1) for g, part in zip(got, split, strict=True)]
-            done += sizes
-            step += 1
+        got = chunked_fill(table, [3, 1], totals, chunks, backend)
         for row, want in zip(got, expected, strict=True):
             np.testing.assert_array_equal(row, want, err_msg=backend)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import mrope
 from mrope import MRopeError
 from mrope.serving import PositionTable
+from support.engine import chunked_fill
 from support.minicpmv4_7 import (
     IDS,
     IMAGE,
@@ -188,21 +189,7 @@ def test_the_serving_table_gives_transformers_positions(minicpm, data):
         table = PositionTable(4, backend="numpy" if backend == "numpy" else "auto")
         for slot, (ids, found) in zip((3, 1), requests, strict=True):
             table.add(slot, family, ids, **sizes_of(found))
-        got = [np.zeros((3, 0), dtype=np.int64) for _ in requests]
-        done, step = np.zeros(2, dtype=np.int64), 0
-        while (done < totals).any():
-            sizes = np.full(2, chunks[step % len(chunks)]).clip(0, totals - done)
-            out = np.zeros((3, int(sizes.sum())), dtype=np.int64)
-            slots, computed = np.array([3, 1]), done.copy()
-            if backend == "torch":
-                tensors = (torch.from_numpy(a) for a in (out, slots, computed, sizes))
-                table.fill(*tensors, out.shape[1])
-            else:
-                table.fill(out, slots, computed, sizes)
-            parts = np.split(out, np.cumsum(sizes)[:-1], axis=1)
-            got = [np.concatenate([g, part], axis=1) for g, part in zip(got, parts, strict=True)]
-            done += sizes
-            step += 1
+        got = chunked_fill(table, [3, 1], totals, [chunks, chunks], backend)
         for row, want in zip(got, expected, strict=True):
             np.testing.assert_array_equal(row, want, err_msg=backend)
 

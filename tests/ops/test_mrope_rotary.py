@@ -7,9 +7,6 @@ before triton is imported), so shapes stay tiny; with CUDA the same tests run th
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -24,6 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 from mrope._errors import MRopeError  # noqa: E402
 from mrope.rotary import MRotaryEmbedding, rotary_embedding_from_config  # noqa: E402
 from support.hunyuan_rotary import hunyuan_cases, hunyuan_reference, hunyuan_text_config  # noqa: E402
+from support.sm90 import compile_for_sm90  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
@@ -309,54 +307,31 @@ def test_kernel_split_table_on_strided_positions_and_opcheck():
 
 # -- compiling the kernel for sm_90 without a GPU ---------------------------------------------------
 
-_COMPILE = textwrap.dedent(
-    """
-    import sys
-    try:
-        import triton
-        from triton import knobs
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-        knobs.nvidia.ptxas.path
-    except (ImportError, AttributeError, RuntimeError) as err:
-        print("SKIP", repr(err))
-        sys.exit(0)
-    from mrope.ops import mrope_rotary
+_COMPILE = """
+from mrope.ops import mrope_rotary
 
-    kernel = mrope_rotary._mrope_rotary_kernel
-    constants = dict(NUM_Q_HEADS=4, NUM_KV_HEADS=2, Q_HEADS_PAD=4, KV_HEADS_PAD=2, HALF=20, HALF_PAD=32)
-    for dtype in ("bf16", "fp16", "fp32"):
-        signature = {name: "i32" for name in kernel.arg_names}
-        signature.update(q_ptr="*" + dtype, k_ptr="*" + dtype, cache_ptr="*fp32", pos_ptr="*i64")
-        signature.update(delta_ptr="*i64", rows_ptr="*i64")
-        signature.update({name: "constexpr" for name in (*constants, "IS_NEOX", "POS_MODE", "SPLIT")})
-        # 3-D positions with one row per frequency, and with a row per channel (HunYuan-VL's "hunyuan"
-        # layout); one row of positions; decode
-        for pos_mode, split in ((0, False), (0, True), (1, False), (2, False)):
-            for neox in (True, False):
-                values = dict(constants, IS_NEOX=neox, POS_MODE=pos_mode, SPLIT=split)
-                source = ASTSource(kernel, signature, values)
-                compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-                assert compiled.asm["cubin"], "no cubin"
-                print("compiled", dtype, pos_mode, split, neox, len(compiled.asm["cubin"]))
-    """
-)
+kernel = mrope_rotary._mrope_rotary_kernel
+constants = dict(NUM_Q_HEADS=4, NUM_KV_HEADS=2, Q_HEADS_PAD=4, KV_HEADS_PAD=2, HALF=20, HALF_PAD=32)
+for dtype in ("bf16", "fp16", "fp32"):
+    signature = {name: "i32" for name in kernel.arg_names}
+    signature.update(q_ptr="*" + dtype, k_ptr="*" + dtype, cache_ptr="*fp32", pos_ptr="*i64")
+    signature.update(delta_ptr="*i64", rows_ptr="*i64")
+    signature.update({name: "constexpr" for name in (*constants, "IS_NEOX", "POS_MODE", "SPLIT")})
+    # 3-D positions with one row per frequency, and with a row per channel (HunYuan-VL's "hunyuan"
+    # layout); one row of positions; decode
+    for pos_mode, split in ((0, False), (0, True), (1, False), (2, False)):
+        for neox in (True, False):
+            values = dict(constants, IS_NEOX=neox, POS_MODE=pos_mode, SPLIT=split)
+            source = ASTSource(kernel, signature, values)
+            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+            assert compiled.asm["cubin"], "no cubin"
+            print("compiled", dtype, pos_mode, split, neox, len(compiled.asm["cubin"]))
+"""
 
 
 def test_kernel_compiles_for_sm90(tmp_path) -> None:
     """Triton's compiler down to a cubin for an H100/H200 target (its bundled ptxas), every position mode
     and the per-channel row table: catches what the interpreter does not. Skipped where Triton's NVIDIA
     compile machinery is missing."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")
-    }
-    env.update(PYTHONPATH=os.pathsep.join(sys.path), TRITON_CACHE_DIR=str(tmp_path))
-    run = subprocess.run(
-        [sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(f"Triton's NVIDIA compiler is not available: {run.stdout.strip()}")
-    assert run.stdout.count("compiled") == 24, run.stdout
+    output = compile_for_sm90(_COMPILE, tmp_path)
+    assert output.count("compiled") == 24, output

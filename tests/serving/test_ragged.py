@@ -5,11 +5,6 @@ input, CUDA graph capture, and a compile of the kernel for sm_90 that needs no G
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 import torch
@@ -21,6 +16,7 @@ from mrope import MRopeError
 from mrope.serving import PositionTable
 from support.engine import CONFIGS, family
 from support.peers import require
+from support.sm90 import compile_for_sm90
 from support.snapshot import unchanged
 from support.strategies import Image, Video, build_prompt, prompts, text
 
@@ -390,39 +386,27 @@ def test_cuda_kernel_no_sync_and_graph_replay() -> None:
 
 # -- compiling the kernel for sm_90 without a GPU ---------------------------------------------------
 
-_COMPILE = textwrap.dedent(
-    """
-    import sys
-    try:
-        import triton
-        from triton import knobs
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-        knobs.nvidia.ptxas.path
-    except (ImportError, AttributeError, RuntimeError) as err:
-        print("SKIP", repr(err))
-        sys.exit(0)
-    from mrope.serving import _triton
+_COMPILE = """
+from mrope.serving import _triton
 
-    kernel = _triton._fill_ragged_kernel
-    for index in ("i32", "i64"):
-        signature = {name: "i32" for name in kernel.arg_names}
-        signature.update(out_ptr="*i64", info_ptr="*i64", keys_ptr="*i64", fields_ptr="*i64")
-        signature.update(errors_ptr="*i64", max_index="i64", HAS_MAX_POSITION="constexpr", BLOCK="constexpr")
-        signature.update(slots_ptr="*" + index, query_start_ptr="*" + index, computed_ptr="*" + index)
-        signature.update(T_ROW="constexpr", H_ROW="constexpr", W_ROW="constexpr", LEAD="constexpr")
-        # the rows of a (t, h, w) table, and of HunYuan-VL's four (an index row, then w, h, t)
-        for rows in ((0, 1, 2, 0), (3, 2, 1, 1)):
-            for has_max in (True, False):
-                constants = {"HAS_MAX_POSITION": has_max, "BLOCK": _triton.BLOCK}
-                constants.update(zip(("T_ROW", "H_ROW", "W_ROW", "LEAD"), rows))
-                source = ASTSource(kernel, signature, constants)
-                options = {"num_warps": _triton.NUM_WARPS}
-                compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
-                assert compiled.asm["cubin"], "no cubin"
-                print("compiled", index, rows, has_max, len(compiled.asm["cubin"]))
-    """
-)
+kernel = _triton._fill_ragged_kernel
+for index in ("i32", "i64"):
+    signature = {name: "i32" for name in kernel.arg_names}
+    signature.update(out_ptr="*i64", info_ptr="*i64", keys_ptr="*i64", fields_ptr="*i64")
+    signature.update(errors_ptr="*i64", max_index="i64", HAS_MAX_POSITION="constexpr", BLOCK="constexpr")
+    signature.update(slots_ptr="*" + index, query_start_ptr="*" + index, computed_ptr="*" + index)
+    signature.update(T_ROW="constexpr", H_ROW="constexpr", W_ROW="constexpr", LEAD="constexpr")
+    # the rows of a (t, h, w) table, and of HunYuan-VL's four (an index row, then w, h, t)
+    for rows in ((0, 1, 2, 0), (3, 2, 1, 1)):
+        for has_max in (True, False):
+            constants = {"HAS_MAX_POSITION": has_max, "BLOCK": _triton.BLOCK}
+            constants.update(zip(("T_ROW", "H_ROW", "W_ROW", "LEAD"), rows))
+            source = ASTSource(kernel, signature, constants)
+            options = {"num_warps": _triton.NUM_WARPS}
+            compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+            assert compiled.asm["cubin"], "no cubin"
+            print("compiled", index, rows, has_max, len(compiled.asm["cubin"]))
+"""
 
 
 def test_kernel_compiles_for_sm90(tmp_path) -> None:
@@ -430,18 +414,5 @@ def test_kernel_compiles_for_sm90(tmp_path) -> None:
     interpreter does not (types, loop-carried values, unsupported constructs). Skipped where Triton's
     NVIDIA compile machinery is missing."""
     require("triton")
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES")
-    }
-    env.update(
-        PYTHONPATH=os.pathsep.join(sys.path), TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    if run.stdout.startswith("SKIP"):
-        pytest.skip(f"Triton's NVIDIA compiler is not available: {run.stdout.strip()}")
-    assert run.stdout.count("compiled") == 8, run.stdout
+    output = compile_for_sm90(_COMPILE, tmp_path)
+    assert output.count("compiled") == 8, output

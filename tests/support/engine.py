@@ -97,3 +97,28 @@ def register(
     if not precomputed:
         table.add(row, fam, ids, **kwargs)
     return Live(fam, ids, kwargs, positions, delta)
+
+
+def chunked_fill(
+    table: Any, slots: list[int], totals: np.ndarray, chunks: list[list[int]], path: str
+) -> list[np.ndarray]:
+    """Each request's positions ``(3, totals[i])``, written by steps of ``table.fill`` that schedule
+    ``chunks[i][k % len(chunks[i])]`` tokens of request ``i`` at step ``k`` (fewer at its end): chunked
+    prefill, then decode; on the numpy path, or with ``path == "torch"`` the torch path."""
+    import torch
+
+    got = [np.zeros((3, 0), dtype=np.int64) for _ in slots]
+    done, step = np.zeros(len(slots), dtype=np.int64), 0
+    while (done < totals).any():
+        sizes = np.array([c[step % len(c)] for c in chunks]).clip(0, totals - done)
+        out = np.zeros((3, int(sizes.sum())), dtype=np.int64)
+        arrays = (np.array(slots), done.copy(), sizes)
+        if path == "torch":
+            table.fill(torch.from_numpy(out), *map(torch.from_numpy, arrays), out.shape[1])
+        else:
+            table.fill(out, *arrays)
+        parts = np.split(out, np.cumsum(sizes)[:-1], axis=1)
+        got = [np.concatenate([g, part], axis=1) for g, part in zip(got, parts, strict=True)]
+        done += sizes
+        step += 1
+    return got

@@ -15,17 +15,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.families import GlmImage  # noqa: E402
 from mrope.integrations import sglang as plugin  # noqa: E402
 from mrope.integrations._sglang_step import RunnerTable  # noqa: E402
+from support.glm_image import END, IMAGE, START, glm_prompts  # noqa: E402
 from support.peers import transformers_config  # noqa: E402
 
-START, END, IMAGE = 16384, 16385, 167855  # GLM-Image's defaults (its config's and processor's ids)
-TEXT = st.integers(0, 16383)  # ids that are not markers
 CONFIG = {"model_type": "glm_image", "image_token_id": IMAGE, "image_start_token_id": START}
 CONFIG["image_end_token_id"] = END
 FAMILY = mrope.from_config(CONFIG, **plugin.SGLANG_SETTINGS)
@@ -56,33 +54,11 @@ def sglang_positions() -> Iterator[Callable[..., tuple[torch.Tensor, torch.Tenso
     plugin.reset_stats()
 
 
-@st.composite
-def glm_prompts(
-    draw: st.DrawFn, max_sources: int = 3, max_side: int = 5
-) -> tuple[list[int], list[list[int]]]:
-    """A prompt in GLM-Image's processor layout and its grids: source images ``image_start, H * W image
-    tokens, image_end`` among text, the generation's ``image_start`` last; the target grids the
-    processor adds (two for text-to-image, one for image-to-image), or none (every grid complete)."""
-    side = st.integers(1, max_side)
-    sources = draw(st.integers(0, max_sources))
-    ids: list[int] = []
-    grids = []
-    for _ in range(sources):
-        ids += draw(st.lists(TEXT, max_size=4))
-        h, w = draw(side), draw(side)
-        ids += [START] + [IMAGE] * (h * w) + [END]
-        grids.append([1, h, w])
-    ids += draw(st.lists(TEXT, min_size=0 if sources else 1, max_size=6))
-    targets = draw(st.sampled_from([2 if sources == 0 else 1, 0]))
-    grids += [[1, draw(side), draw(side)] for _ in range(targets)]
-    return ids + [START], grids
-
-
 def _grids(grids: list[list[int]]) -> torch.Tensor | None:
     return torch.tensor(grids) if grids else None
 
 
-@given(prompt=glm_prompts())
+@given(prompt=glm_prompts(complete=True))
 def test_positions_and_generation_positions_are_sglangs(prompt: tuple[list[int], list[list[int]]]) -> None:
     """mrope's prompt positions, then its generation positions, are SGLang's stored positions; the one
     difference: where every grid is a complete image SGLang stores no end marker's position (mrope's,
@@ -99,7 +75,7 @@ def test_positions_and_generation_positions_are_sglangs(prompt: tuple[list[int],
     np.testing.assert_array_equal(np.concatenate([positions, made], axis=1), expected.numpy(), strict=True)
 
 
-@given(prompt=glm_prompts())
+@given(prompt=glm_prompts(complete=True))
 def test_the_patched_function_is_sglangs(prompt: tuple[list[int], list[list[int]]]) -> None:
     """In both modes (check mode compares the two), with the stats of one prompt served."""
     ids, grids = prompt
