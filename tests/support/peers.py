@@ -99,6 +99,15 @@ def mm_token_type_ids(family: Family, input_ids: Any) -> Any:
     return image if video_token_id is None else image + 2 * (ids == video_token_id).int()
 
 
+def stand_in_self(owner: type, methods: tuple[str, ...], **fields: Any) -> types.SimpleNamespace:
+    """A ``self`` for calling ``owner``'s methods unbound: ``fields`` (its config, ...) and ``methods`` of
+    ``owner`` bound to it (those ``get_rope_index`` calls on ``self``)."""
+    fake_self = types.SimpleNamespace(**fields)
+    for name in methods:
+        setattr(fake_self, name, types.MethodType(getattr(owner, name), fake_self))
+    return fake_self
+
+
 def transformers_rope_index(family: Family, config: Any, input_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
     """transformers' own ``get_rope_index`` of ``family.model_type``, unbound, on a config object.
 
@@ -107,8 +116,7 @@ def transformers_rope_index(family: Family, config: Any, input_ids: Any, **kwarg
     owner = _transformers_owner(family.model_type)
     if isinstance(family, OMNI_FAMILIES):
         return _transformers_omni_rope_index(owner, family, config, input_ids, **kwargs)
-    fake_self = types.SimpleNamespace(config=config)
-    fake_self.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, fake_self)
+    fake_self = stand_in_self(owner, ("get_vision_position_ids",), config=config)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return owner.get_rope_index(fake_self, input_ids, mm_token_type_ids(family, input_ids), **kwargs)
 
@@ -125,8 +133,7 @@ def transformers_glm_image_rope_index(
     and the decode positions it caches at prefill (``_cached_decode_position_ids``, (B, 3, n) padded by
     repeating each row's last column; None without grids)."""
     owner = _transformers_owner("glm_image")
-    fake_self = types.SimpleNamespace(config=config)
-    fake_self.get_vision_position_ids = types.MethodType(owner.get_vision_position_ids, fake_self)
+    fake_self = stand_in_self(owner, ("get_vision_position_ids",), config=config)
     positions, deltas = owner.get_rope_index(
         fake_self, input_ids, image_grid_thw, images_per_sample, attention_mask
     )
@@ -146,9 +153,8 @@ def transformers_minicpmv4_7_rope_index(
     """MiniCPM-V 4.7's ``get_rope_index`` (its own signature: per-crop target sizes, the token types the
     processor gives), unbound on a config object."""
     owner = _transformers_owner("minicpmv4_7")
-    fake_self = types.SimpleNamespace(config=config, _frame_end_idx=owner._frame_end_idx)
-    for name in ("get_vision_position_ids", "_group_visual_frames"):
-        setattr(fake_self, name, types.MethodType(getattr(owner, name), fake_self))
+    methods = ("get_vision_position_ids", "_group_visual_frames")
+    fake_self = stand_in_self(owner, methods, config=config, _frame_end_idx=owner._frame_end_idx)
     return owner.get_rope_index(
         fake_self,
         input_ids,
@@ -181,10 +187,8 @@ def _transformers_omni_rope_index(
 
     thinker = copy.copy(getattr(config, "thinker_config", config))
     thinker.vision_start_token_id = family.vision_start_token_id
-    fake_self = types.SimpleNamespace(config=thinker, spatial_merge_size=family.spatial_merge_size)
-    for name in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
-        if hasattr(owner, name):
-            setattr(fake_self, name, types.MethodType(getattr(owner, name), fake_self))
+    methods = tuple(n for n in ("get_llm_pos_ids_for_vision", "get_chunked_index") if hasattr(owner, n))
+    fake_self = stand_in_self(owner, methods, config=thinker, spatial_merge_size=family.spatial_merge_size)
     return owner.get_rope_index(
         fake_self,
         input_ids,

@@ -58,6 +58,7 @@ class HunYuanVL(Family):
             raise MRopeError(
                 f"{self.model_type}: num_dims (len(mrope_section)) must be at least 3, got {self.num_dims}"
             )
+        self._segment_rows = SegmentRows(self.num_dims - 3, reverse=True)
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,8 +78,9 @@ class HunYuanVL(Family):
 
     @property
     def segment_rows(self) -> SegmentRows:
-        """``num_dims - 3`` index rows, then the rendered rows reversed (width, height, image ordinal)."""
-        return SegmentRows(self.num_dims - 3, reverse=True)
+        """``num_dims - 3`` index rows, then the rendered rows reversed (width, height, image ordinal);
+        one object per family, so that a table's admissions recognise it by identity."""
+        return self._segment_rows
 
     def segment_rows_error(self, what: str) -> MRopeError:
         return MRopeError(

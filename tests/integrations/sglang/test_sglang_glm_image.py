@@ -23,6 +23,7 @@ from mrope.integrations import sglang as plugin  # noqa: E402
 from mrope.integrations._sglang_step import RunnerTable  # noqa: E402
 from support.glm_image import END, IMAGE, START, glm_prompts  # noqa: E402
 from support.peers import transformers_config  # noqa: E402
+from support.sglang_step import step_batch  # noqa: E402
 
 CONFIG = {"model_type": "glm_image", "image_token_id": IMAGE, "image_start_token_id": START}
 CONFIG["image_end_token_id"] = END
@@ -196,27 +197,7 @@ def _lengths() -> list[int]:
 
 
 def _batch(reqs: list[Any], mms: list[Any], prefix: list[int], extend: list[int]) -> tuple[Any, Any]:
-    seq_lens = torch.tensor(prefix) + torch.tensor(extend)
-    batch = SimpleNamespace(
-        req_pool_indices_cpu=torch.tensor(SLOTS),
-        reqs=reqs,
-        multimodal_inputs=mms,
-        prefix_lens=prefix,
-        extend_lens=extend,
-    )
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-    fb = ForwardBatch.__new__(ForwardBatch)  # SGLang's methods, the fields they read
-    vars(fb).update(
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens,
-        req_pool_indices=torch.tensor(SLOTS),
-        extend_num_tokens=sum(extend),
-        extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
-        extend_seq_lens=torch.tensor(extend, dtype=torch.int32),
-        mrope_positions=None,
-    )
-    return batch, fb
+    return step_batch(reqs, mms, SLOTS, prefix, extend, sglang_methods=True)
 
 
 def _table(host: bool, counts: dict[str, int]) -> RunnerTable:

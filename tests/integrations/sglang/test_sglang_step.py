@@ -15,6 +15,7 @@ import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
 from mrope.integrations._sglang_step import RunnerTable  # noqa: E402
 from support import tiny_vlms as tiny  # noqa: E402
+from support.sglang_step import step_batch  # noqa: E402
 from support.tiny_vlms import Image, Video  # noqa: E402
 
 TEXT = [5, 6, 7]
@@ -62,26 +63,6 @@ def _requests() -> tuple[Any, list[Any], list[Any]]:
     return mrope.from_config(config), reqs, mms
 
 
-def _batch(reqs: list[Any], mms: list[Any], slots: list[int], prefix: list[int], extend: list[int]) -> Any:
-    seq_lens = torch.tensor(prefix) + torch.tensor(extend)
-    batch = SimpleNamespace(
-        req_pool_indices_cpu=torch.tensor(slots),
-        reqs=reqs,
-        multimodal_inputs=mms,
-        prefix_lens=prefix,
-        extend_lens=extend,
-    )
-    fb = SimpleNamespace(
-        seq_lens=seq_lens,
-        seq_lens_cpu=seq_lens,
-        req_pool_indices=torch.tensor(slots),
-        extend_num_tokens=sum(extend),
-        extend_prefix_lens=torch.tensor(prefix, dtype=torch.int32),
-        extend_seq_lens=torch.tensor(extend, dtype=torch.int32),
-    )
-    return batch, fb
-
-
 def _table(family: Any, host: bool, counts: dict[str, int]) -> tuple[RunnerTable, Any]:
     pool = SimpleNamespace(req_generation=torch.zeros(9, dtype=torch.int64))
     pool.req_generation[SLOTS] = 1
@@ -104,12 +85,12 @@ def test_steps_are_sglangs(sglang_exec: None, host: bool) -> None:
     # a first chunk of each prompt (ending inside the image or the video), then the rest
     for prefix in ([0] * 4, [17, 9, 0, 23]):
         extend = [n - p if p else min(n, 20) for n, p in zip(lengths, prefix, strict=True)]
-        batch, fb = _batch(reqs, mms, SLOTS, prefix, extend)
+        batch, fb = step_batch(reqs, mms, SLOTS, prefix, extend)
         assert table.serves(batch)
         ForwardBatch._compute_mrope_positions_extend(fb, runner, batch)
         assert torch.equal(table.extend(fb, batch), fb.mrope_positions)
     assert counts == {"admitted": 4, "from_positions": 3}
-    batch, fb = _batch(reqs, mms, SLOTS, lengths, [5, 1, 2, 9])  # decode at seq_len - 1 past the prompt
+    batch, fb = step_batch(reqs, mms, SLOTS, lengths, [5, 1, 2, 9])  # decode at seq_len - 1 past the prompt
     ForwardBatch._compute_mrope_positions_decode(fb, runner, batch)
     assert torch.equal(table.decode(fb, batch), fb.mrope_positions)
     drafts = (torch.tensor(lengths) + 3)[:, None] + torch.arange(4)  # 4 draft tokens per request
@@ -122,17 +103,17 @@ def test_reused_and_refused_slots(sglang_exec: None) -> None:
     counts: dict[str, int] = {}
     table, pool = _table(family, True, counts)
     lengths = [len(r.origin_input_ids) for r in reqs]
-    batch, fb = _batch(reqs, mms, SLOTS, [0] * 4, lengths)
+    batch, fb = step_batch(reqs, mms, SLOTS, [0] * 4, lengths)
     assert table.serves(batch)
     # slot 3's request ended; the text-only request takes it (a new generation of the slot)
     pool.req_generation[3] += 1
-    batch, fb = _batch([reqs[2]], [None], [3], [0], [lengths[2]])
+    batch, fb = step_batch([reqs[2]], [None], [3], [0], [lengths[2]])
     assert table.serves(batch) and counts["reused_slots"] == 1
     assert torch.equal(table.extend(fb, batch), torch.arange(lengths[2]).repeat(3, 1))
     # a session request is refused: its batches take SGLang's path
     pool.req_generation[1] += 1
     session = SimpleNamespace(**{**vars(reqs[0]), "session": object()})
-    batch, _ = _batch([session, reqs[3]], [mms[0], mms[3]], [1, 2], [0, 0], [4, 4])
+    batch, _ = step_batch([session, reqs[3]], [mms[0], mms[3]], [1, 2], [0, 0], [4, 4])
     assert not table.serves(batch) and counts["fallback_requests"] == 1
 
 
@@ -140,7 +121,7 @@ def test_check_mode_names_the_request(sglang_exec: None) -> None:
     family, reqs, mms = _requests()
     table, _ = _table(family, True, {})
     lengths = [len(r.origin_input_ids) for r in reqs]
-    batch, fb = _batch(reqs, mms, SLOTS, [0] * 4, lengths)
+    batch, fb = step_batch(reqs, mms, SLOTS, [0] * 4, lengths)
     assert table.serves(batch)
     ours = table.extend(fb, batch)
     wrong = ours.clone()
