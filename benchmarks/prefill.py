@@ -172,7 +172,7 @@ def engine_providers(
     """Admission of one Qwen2.5-VL prompt as an engine has it (ids as a list, each item's placeholder
     offset): ``family.positions`` and ``PositionTable.add`` with the vLLM plugin's family, and vLLM's own
     ``get_mrope_input_positions`` where vLLM is importable."""
-    from mrope.integrations._vllm_inputs import VLLM_SETTINGS
+    from mrope.integrations.vllm.features import VLLM_SETTINGS
 
     family = from_config(config, **VLLM_SETTINGS)
     inputs = {**grids, "image_offsets": [], "video_offsets": []}
@@ -216,7 +216,7 @@ class _Admissions(_TableAdds):
         self.features = features
 
     def __call__(self) -> None:
-        from mrope.integrations._vllm_inputs import admission_inputs
+        from mrope.integrations.vllm.features import admission_inputs
 
         self.inputs = admission_inputs(self.family, self.features)
         super().__call__()
@@ -237,7 +237,7 @@ def _vllm_call(config: Any, inputs: dict[str, Any], length: int) -> Callable[[li
     prompt's ``mm_features`` built as vLLM's processor builds them."""
     import torch
 
-    from mrope.integrations._vllm_inputs import feature_spec
+    from mrope.integrations.vllm.features import feature_spec
     from support.vllm_models import stand_in
 
     model = stand_in("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", config)
@@ -422,7 +422,7 @@ def openpangu_vl_video() -> CaseSetup:
         raise SkipCase("its only peer is vLLM's get_mrope_input_positions, and vLLM is not importable")
     import torch
 
-    from mrope.integrations._vllm_inputs import (
+    from mrope.integrations.vllm.features import (
         VLLM_SETTINGS,
         admission_inputs,
         feature_spec,

@@ -116,7 +116,7 @@ def _summary(values: list[int]) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from mrope.integrations import _vllm_v2
+    from mrope.integrations.vllm import v2 as _vllm_v2
     from mrope.integrations import vllm as plugin
 
     results: dict[str, Any] = {"admission": {}, "memory": {}}

@@ -1,7 +1,7 @@
 """vLLM's Model Runner V2 step kernel for M-RoPE positions, byte for byte as vLLM 0.32.0 and 0.33.0 ship it
 (``vllm/v1/worker/gpu/mm/rope.py``, Apache-2.0, copyright the vLLM project), for the GPU benchmark on a
 machine where vLLM cannot be installed. ``scripts/gpu_v2_bench.py`` checks that the kernel's source
-digest equals the audited one (``mrope.integrations._vllm_audit.AUDITED``) before timing it.
+digest equals the audited one (``mrope.integrations.vllm.audit.AUDITED``) before timing it.
 """
 
 # SPDX-License-Identifier: Apache-2.0

@@ -8,7 +8,7 @@ Usage::
 PATH is a wheel (``.whl``, read as a zip: nothing is installed or imported) or a folder holding
 ``vllm/`` (a source checkout, a site-packages; the ``vllm`` package folder itself works too). The
 release defaults to the wheel's or the tree's version, local part (``+cpu``) dropped. The digests are
-those of ``mrope.integrations._vllm_audit`` (:data:`TARGETS`, :func:`digests`), loaded from its file,
+those of ``mrope.integrations.vllm.audit`` (:data:`TARGETS`, :func:`digests`), loaded from its file,
 so the script runs in any Python 3.10+ without numpy, vLLM or mrope installed.
 """
 
@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 
-AUDIT_FILE = Path(__file__).resolve().parent.parent / "src" / "mrope" / "integrations" / "_vllm_audit.py"
+AUDIT_FILE = Path(__file__).resolve().parent.parent / "src" / "mrope" / "integrations" / "vllm" / "audit.py"
 LINE_LENGTH = 110  # the project's (ruff)
 
 
 def load_audit() -> ModuleType:
-    """``mrope.integrations._vllm_audit`` from its file (without importing mrope, which needs numpy)."""
+    """``mrope.integrations.vllm.audit`` from its file (without importing mrope, which needs numpy)."""
     spec = importlib.util.spec_from_file_location("_mrope_vllm_audit", AUDIT_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

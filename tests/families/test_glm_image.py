@@ -261,7 +261,7 @@ def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformer
 
 def test_vllm_refuses_it_sglang_serves_it(glm_image):
     from mrope.integrations import sglang as mrope_sglang
-    from mrope.integrations._vllm_inputs import unsupported_reason
+    from mrope.integrations.vllm.features import unsupported_reason
 
     _, family = glm_image
     assert "mrope's vLLM integration serves index + delta" in unsupported_reason(family)

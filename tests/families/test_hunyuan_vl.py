@@ -152,7 +152,7 @@ def test_config_reading_names_missing_fields():
 def test_three_row_consumers_refuse_it(peer):
     """The vLLM integration and a 3-row table refuse it; its segments serve a table of its rows
     (tests/serving/test_rows.py)."""
-    from mrope.integrations._vllm_inputs import unsupported_reason
+    from mrope.integrations.vllm.features import unsupported_reason
 
     family = peer.family("vllm")
     ids = [5] + image_run(1, 1) + [6]

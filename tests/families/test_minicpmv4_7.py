@@ -196,7 +196,7 @@ def test_the_serving_table_gives_transformers_positions(minicpm, data):
 
 def test_the_vllm_integration_serves_it_in_positions_mode():
     """The plugin's admission does not read its crops from vLLM's mm_features: vLLM's own positions."""
-    from mrope.integrations._vllm_inputs import unsupported_reason
+    from mrope.integrations.vllm.features import unsupported_reason
 
     family = mrope.from_config({"model_type": "minicpmv4_7", **IDS})
     assert "target_sizes" in unsupported_reason(family)

@@ -1,4 +1,4 @@
-"""The audit of vLLM releases by source digest (``mrope.integrations._vllm_audit``) and its maintainer
+"""The audit of vLLM releases by source digest (``mrope.integrations.vllm.audit``) and its maintainer
 script (``scripts/vllm_audit.py``), on synthetic source trees and wheels: vLLM need not be installed."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from mrope.integrations import _vllm_audit as audit
+from mrope.integrations.vllm import audit
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_audit.py"
 

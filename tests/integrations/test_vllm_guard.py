@@ -37,7 +37,7 @@ def test_enable_refuses_unaudited_code(fake_vllm: types.ModuleType) -> None:
 
 def test_a_relabelled_vllm_with_audited_code_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The version string does not decide: audited digests under another version are accepted."""
-    from mrope.integrations import _vllm_audit
+    from mrope.integrations.vllm import audit as _vllm_audit
 
     audited = dict(_vllm_audit.AUDITED["0.33.0"])
     monkeypatch.setattr(plugin, "installed_digests", lambda targets: {t: audited[t] for t in targets})

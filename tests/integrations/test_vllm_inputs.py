@@ -12,7 +12,7 @@ import pytest
 import mrope
 from mrope import MRopeError
 from mrope.families import PromptItem
-from mrope.integrations._vllm_inputs import VLLM_SETTINGS, admission_inputs, inputs_from_mm_features
+from mrope.integrations.vllm.features import VLLM_SETTINGS, admission_inputs, inputs_from_mm_features
 
 CONFIG = {
     "model_type": "qwen2_5_vl",

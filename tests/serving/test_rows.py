@@ -221,7 +221,7 @@ def test_rows_that_are_not_the_table_s_are_refused(peer) -> None:
 
 
 def test_the_engines_refuse_hunyuan_vl_by_its_rows() -> None:
-    from mrope.integrations._vllm_inputs import unsupported_reason
+    from mrope.integrations.vllm.features import unsupported_reason
 
     config = {
         "model_type": "hunyuan_vl",

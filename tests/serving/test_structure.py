@@ -12,7 +12,7 @@ PACKAGE = Path(mrope.__file__).parent
 OWN = (
     "mrope.serving",
     "mrope.integrations.vllm",
-    "mrope.integrations._vllm_inputs",
+    "mrope.integrations.vllm.features",
     "mrope.integrations.sglang",
     "mrope.integrations._sglang",
 )

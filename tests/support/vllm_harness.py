@@ -779,7 +779,7 @@ def wrong_v2_positions() -> Iterator[WrongPositions]:
     w rows of the step's positions."""
     from vllm.v1.worker.gpu.mm.rope import RopeState
 
-    from mrope.integrations._vllm_v2 import TableRopeState
+    from mrope.integrations.vllm.v2 import TableRopeState
 
     counter = WrongPositions()
     originals = {cls: cls.__dict__["prepare_positions"] for cls in (RopeState, TableRopeState)}

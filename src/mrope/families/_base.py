@@ -430,7 +430,7 @@ class Family:
             (:mod:`mrope.families.qwen2_5_vl`). The Omni families read them as float32.
         image_offsets, video_offsets : (num_items,) int, optional
             Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
-            ``mm_feature.mm_position.offset``, see ``mrope.integrations._vllm_inputs``).
+            ``mm_feature.mm_position.offset``, see ``mrope.integrations.vllm.features``).
             Given for a modality (an empty list meaning "none"), its items are taken from the offsets
             and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` and
             must not overlap another item; its first and last placeholder tokens are checked. For

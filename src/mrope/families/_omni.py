@@ -19,7 +19,7 @@ Two rules, chosen by the family's settings (:attr:`OmniFamily.vllm_rule`):
 
 - transformers' thinker code (the default, and under every setting but the one below; SGLang agrees);
 - vLLM's (``compat="vllm", video_time="float64"``, the settings of
-  :data:`mrope.integrations._vllm_inputs.VLLM_SETTINGS`: vLLM 0.32's ``get_mrope_input_positions`` of
+  :data:`mrope.integrations.vllm.features.VLLM_SETTINGS`: vLLM 0.32's ``get_mrope_input_positions`` of
   each thinker). Every item is a grid block followed by text at ``max(block) + 1``, with integer time
   ``trunc(k * (second_per_grid_ts * rate))`` in float64 (images: ``k * rate``) and integer positions
   (Qwen3-Omni's too: an int64 result); audio is text; a video with its audio is interleaved as each

@@ -1,6 +1,6 @@
 """Which SGLang releases mrope's SGLang integration was audited against, by the source of what it touches.
 
-The same rule as the vLLM integration's (:mod:`._vllm_audit`, whose source digests this module reuses):
+The same rule as the vLLM integration's (:mod:`.vllm.audit`, whose source digests this module reuses):
 a release is accepted when the source of every target (:data:`TARGETS`) equals, byte for byte, the
 source in a release that was read and tested (:data:`AUDITED`), whatever its version string. Nothing
 of SGLang is imported to compute the digests.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._vllm_audit import installed_digests
+from .vllm.audit import installed_digests
 
 _FB = "sglang.srt.model_executor.forward_batch_info:ForwardBatch."
 _ROPE = "sglang.srt.layers.rotary_embedding."

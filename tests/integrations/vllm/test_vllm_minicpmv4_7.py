@@ -29,7 +29,7 @@ if not vllm.__version__.startswith("0.32."):
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
-from mrope.integrations._vllm_inputs import (  # noqa: E402
+from mrope.integrations.vllm.features import (  # noqa: E402
     VLLM_SETTINGS,
     feature_spec,
     inputs_from_mm_features,

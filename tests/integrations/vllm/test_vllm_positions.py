@@ -40,7 +40,7 @@ from vllm.transformers_utils.configs import BailingMoeV3VLConfig, IsaacConfig, Q
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
-from mrope.integrations._vllm_inputs import (  # noqa: E402
+from mrope.integrations.vllm.features import (  # noqa: E402
     VLLM_SETTINGS,
     admission_inputs,
     feature_spec,

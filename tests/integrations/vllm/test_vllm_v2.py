@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import mrope
-from mrope.integrations import _vllm_v2
+from mrope.integrations.vllm import v2 as _vllm_v2
 from mrope.integrations import vllm as plugin
 from support import checkpoints
 from support import vllm_harness as harness

@@ -46,10 +46,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backends import int_list, to_grid_array
-from .._errors import MRopeError
-from ..families import Family
-from ..families.inputs import PromptItem
+from ..._backends import int_list, to_grid_array
+from ..._errors import MRopeError
+from ...families import Family
+from ...families.inputs import PromptItem
 
 #: settings (``from_config(config, **VLLM_SETTINGS)``) that reproduce vLLM 0.32's positions: compat
 #: "vllm" (text after a block at ``max(block) + 1``) and vLLM's float64 arithmetic of scaled video time

@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import MRopeError
-from ..families import Family
-from ..serving import PositionTable
-from ._vllm_inputs import admission_inputs
+from ..._errors import MRopeError
+from ...families import Family
+from ...serving import PositionTable
+from .features import admission_inputs
+from .models import RUNNER_NAMES, note_positions_mode, served_family, vllm_path_reason
+from .state import STATS, mode, original
 
 logger = logging.getLogger("mrope.integrations.vllm")
 SEGMENTS_PER_REQUEST = 16  # the table's initial pool: entries per request slot
@@ -135,8 +137,9 @@ class TableRopeState:
             self._stats["positions_requests"] += 1
 
     def apply_staged_writes(self) -> None:
+        """GPU runner: vLLM's staged admissions (check mode, hand-over); the table stages its own."""
         if self.vllm is not None and (self.handed_over or self._staged):
-            self.vllm.apply_staged_writes()
+            _apply_staged_writes(self.vllm)
             self._staged = False
 
     def get_positions(self, num_tokens: int) -> Any:
@@ -169,13 +172,47 @@ class TableRopeState:
             self._compare(idx_mapping, query_start_loc, num_computed_tokens)
 
     def read_prefill_positions(self, req_idx: int, length: int) -> Any:
-        """Video token pruning's read (never reached: pruning keeps vLLM's own state)."""
-        self.hand_over("video token pruning reads stored positions")
-        return self.vllm.read_prefill_positions(req_idx, length)
+        """Video token pruning's read: the request's first ``length`` prompt positions, (num_dims,
+        length) int32 on the state's device, rendered from the table (check mode: compared with vLLM's)."""
+        if self._follow_mode():
+            return self.vllm.read_prefill_positions(req_idx, length)
+        try:
+            ours = self._render(req_idx, length)
+        except Exception as error:
+            if self.vllm is not None:
+                raise MRopeError(
+                    f"mrope check: request {self._name(req_idx)}: pruning's read: {error}"
+                ) from error
+            self.hand_over(f"request {self._name(req_idx)}: pruning's read: {error}")
+            return self.vllm.read_prefill_positions(req_idx, length)
+        self._stats["pruning_reads"] += 1
+        if self.vllm is None:
+            return ours
+        theirs = self.vllm.read_prefill_positions(req_idx, length)
+        self._compare_columns(ours.cpu().numpy(), theirs.cpu().numpy(), req_idx, "pruning's read")
+        return theirs
 
     def update_prefill_positions(self, req_idx: int, positions: Any, delta: int) -> None:
-        self.hand_over("video token pruning rewrites stored positions")
-        self.vllm.update_prefill_positions(req_idx, positions, delta)
+        """Video token pruning's write: the request's recomputed prompt positions (num_dims, L) and delta,
+        registered in the table as :meth:`PositionTable.add_positions` holds them."""
+        if self._follow_mode():
+            return self.vllm.update_prefill_positions(req_idx, positions, delta)
+        if self.vllm is not None:
+            self.vllm.update_prefill_positions(req_idx, positions, delta)
+        try:
+            host = positions.cpu().numpy() if hasattr(positions, "cpu") else np.asarray(positions)
+            if req_idx in self.table:
+                self.table.remove(req_idx)
+            self.table.add_positions(req_idx, host, int(delta))
+        except Exception as error:
+            if self.vllm is not None:
+                raise MRopeError(
+                    f"mrope check: request {self._name(req_idx)}: pruning's update: {error}"
+                ) from error
+            self.hand_over(f"request {self._name(req_idx)}: pruning's update: {error}")
+            self.vllm.update_prefill_positions(req_idx, positions, delta)
+            return
+        self._stats["pruning_updates"] += 1
 
     # -- the integration's side -------------------------------------------------------------------
     def name_request(self, req_idx: int, req_id: str) -> None:
@@ -234,21 +271,28 @@ class TableRopeState:
         self.table.add_positions(req_idx, positions, int(delta))
 
     def _vllm_with_live_requests(self) -> Any:
-        """vLLM's ``RopeState`` holding the positions and deltas of every request in the table."""
+        """vLLM's ``RopeState`` holding the positions and deltas of every request in the table, written
+        through its own ``update_prefill_positions`` (the same in the GPU and the CPU state)."""
+        import torch
+
         state = self.make_vllm_state()
         state.positions = self.positions  # one buffer: CUDA graphs captured on it read what serves
         table = self.table
         for slot in range(self.max_num_reqs):
-            if slot not in table:
-                continue
-            length = table.prompt_length(slot)
-            rows = np.empty((3, length), dtype=np.int64)
-            table.fill(rows, np.array([slot]), np.zeros(1, dtype=np.int64), np.array([length]))
-            state.prefill_delta.np[slot] = table.delta(slot)
-            for row in range(self.num_dims):
-                state.prefill_positions.stage_write(self.num_dims * slot + row, 0, rows[row].tolist())
-        state.apply_staged_writes()
+            if slot in table:
+                rows = self._render(slot, table.prompt_length(slot)).to(torch.int32)
+                state.update_prefill_positions(slot, rows, int(table.delta(slot)))
+        _apply_staged_writes(state)
         return state
+
+    def _render(self, slot: int, length: int) -> Any:
+        """The first ``length`` positions of the request in ``slot`` from the table: (num_dims, length)
+        int32 on the state's device (vLLM's stored dtype)."""
+        import torch
+
+        rows = np.empty((self.num_dims, length), dtype=np.int64)
+        self.table.fill(rows, np.array([slot]), np.zeros(1, dtype=np.int64), np.array([length]))
+        return torch.from_numpy(rows.astype(np.int32)).to(self.device)
 
     def _compare(self, idx_mapping: Any, query_start_loc: Any, num_computed_tokens: Any) -> None:
         """Check mode: mrope's step against vLLM's (synchronizes); the first differing column raises."""
@@ -257,18 +301,30 @@ class TableRopeState:
         num = int(starts[-1])
         ours = np.asarray(self._check_out[:, :num].cpu() if not self._on_host else self._check_out[:, :num])
         theirs = self.positions[:, :num].cpu().numpy()
-        differ = np.flatnonzero((ours != theirs).any(axis=0))
         self._stats["checked_steps"] += 1
-        if not differ.size:
-            return
-        column = int(differ[0])
-        i = int(np.searchsorted(starts, column, side="right")) - 1
-        slot = int(idx_mapping[i])
-        index = int(num_computed_tokens[slot]) + column - int(starts[i])
+        differ = np.flatnonzero((ours != theirs).any(axis=0))
+        if differ.size:
+            column = int(differ[0])
+            i = int(np.searchsorted(starts, column, side="right")) - 1
+            slot = int(idx_mapping[i])
+            index = int(num_computed_tokens[slot]) + column - int(starts[i])
+            self._report(
+                slot, f"step {self.step}: column {column} (sequence index {index})", ours, theirs, column
+            )
+
+    def _compare_columns(self, ours: np.ndarray, theirs: np.ndarray, slot: int, what: str) -> None:
+        """Check mode: one request's positions from mrope and vLLM; the first differing column raises."""
+        differ = np.flatnonzero((ours != theirs).any(axis=0)) if ours.shape == theirs.shape else [0]
+        if len(differ):
+            column = int(differ[0])
+            self._report(slot, f"{what}: sequence index {column}", ours, theirs, column)
+
+    def _report(self, slot: int, where: str, ours: np.ndarray, theirs: np.ndarray, column: int) -> None:
+        ours_at = ours[:, column].tolist() if column < ours.shape[1] else "nothing"
+        theirs_at = theirs[:, column].tolist() if column < theirs.shape[1] else "nothing"
         raise MRopeError(
-            f"mrope check: request {self._name(slot)}, step {self.step}: column {column} (sequence index "
-            f"{index}) has t, h, w = {ours[:, column].tolist()} from mrope, {theirs[:, column].tolist()} "
-            "from vLLM"
+            f"mrope check: request {self._name(slot)}, {where} has positions {ours_at} from mrope, "
+            f"{theirs_at} from vLLM"
         )
 
     def _scratch(self) -> Any:
@@ -287,6 +343,13 @@ class TableRopeState:
     def _name(self, req_idx: int) -> str:
         req_id = self.req_ids.get(req_idx)
         return f"{req_id!r} (index {req_idx})" if req_id is not None else f"at index {req_idx}"
+
+
+def _apply_staged_writes(vllm_state: Any) -> None:
+    """Apply a vLLM ``RopeState``'s staged writes (the GPU runner's; the CPU runner's writes at once)."""
+    apply = getattr(vllm_state, "apply_staged_writes", None)
+    if apply is not None:
+        apply()
 
 
 def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
@@ -322,3 +385,85 @@ def _holds_state(value: Any) -> bool:
         and not callable(value)
         and not isinstance(value, type)
     )
+
+
+# -- the patches: each V2-style runner's model-state module builds mrope's state --------------------
+#: runner -> the module whose ``get_rope_state`` its ``DefaultModelState`` calls (rebound there)
+MODEL_STATE_MODULES = {
+    "v2": "vllm.v1.worker.gpu.model_states.default",
+    "v2-cpu": "vllm.v1.worker.cpu.model_states.default",
+}
+
+
+def patch_targets(runner: str) -> dict[tuple[Any, str], Callable[..., Any]]:
+    """What a V2-style runner's patches replace, ``(owner, name) -> mrope's replacement``; empty where its
+    model-state module does not import on this platform (the runner cannot run here either)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(MODEL_STATE_MODULES[runner])
+    except Exception as error:
+        logger.info("mrope: %s does not import here (%s); it is not served", RUNNER_NAMES[runner], error)
+        return {}
+    return {
+        (module, "get_rope_state"): _rope_state_builder(runner),
+        (module.DefaultModelState, "add_request"): _model_state_add_request(runner),
+    }
+
+
+def _rope_state_builder(runner: str) -> Callable[..., Any]:
+    """The runner's ``get_rope_state`` replacement: mrope's :class:`TableRopeState` (by the model's rule,
+    or in positions mode from vLLM's positions), vLLM's ``RopeState`` where a table cannot serve the
+    model (logged, counted in ``fallback_runners``)."""
+
+    def get_rope_state(
+        model_config: Any, model: Any, max_num_reqs: int, max_num_tokens: int, max_model_len: int, device: Any
+    ) -> Any:
+        vllm_get_rope_state = original(get_rope_state)
+
+        def vllm_state() -> Any:
+            return vllm_get_rope_state(
+                model_config, model, max_num_reqs, max_num_tokens, max_model_len, device
+            )
+
+        if not getattr(model_config, "uses_mrope", False):
+            return vllm_state()
+        STATS["runner"] = runner
+        try:
+            reason = vllm_path_reason(model_config, pruning=False)
+            if reason is None:
+                family, why = served_family(model_config)
+                state = TableRopeState(
+                    family,
+                    vllm_state,
+                    mode,
+                    STATS,
+                    num_dims=model_config.mrope_num_dims,
+                    max_num_reqs=max_num_reqs,
+                    max_num_tokens=max_num_tokens,
+                    max_model_len=max_model_len,
+                    device=device,
+                )
+                if family is None:
+                    note_positions_mode(why)
+                return state
+        except Exception as error:  # nothing mrope does may fail the engine
+            reason = str(error)
+        logger.warning("mrope: %s; vLLM's own M-RoPE state serves %s", reason, RUNNER_NAMES[runner])
+        STATS["fallback_runners"] += 1
+        return vllm_state()
+
+    return get_rope_state
+
+
+def _model_state_add_request(runner: str) -> Callable[..., Any]:
+    """The runner's ``DefaultModelState.add_request`` replacement: names the request index for check
+    mode's messages."""
+
+    def add_request(self: Any, req_index: int, new_req_data: Any) -> None:
+        state = getattr(self, "rope_state", None)
+        if isinstance(state, TableRopeState):
+            state.name_request(req_index, new_req_data.req_id)
+        return original(add_request)(self, req_index, new_req_data)
+
+    return add_request
