@@ -247,15 +247,18 @@ def test_script_compares_two_releases(
 
 
 # -- what the module holds -------------------------------------------------------------------------------
-def test_audited_has_every_target_of_both_releases() -> None:
-    assert {"0.32.0", "0.33.0"} <= set(audit.AUDITED)
+def test_audited_has_every_target_of_every_release() -> None:
+    assert {"0.32.0", "0.33.0", "0.34.0"} <= set(audit.AUDITED)
     assert len(set(audit.TARGETS)) == len(audit.TARGETS)
     for release, digests in audit.AUDITED.items():
         assert list(digests) == list(audit.TARGETS), release
         for target, digest in digests.items():
             assert digest is None or re.fullmatch(r"[0-9a-f]{64}", digest), (release, target)
-        # the machinery exists in every audited release
-        assert all(digests[t] is not None for t in audit.RUNNER_TARGETS), release
+        # a runner is there, or not, as a whole (its common targets aside)
+        for runner, targets in audit.RUNNERS.items():
+            present = digests[audit.RUNNER_PRESENCE[runner]] is not None
+            own = [t for t in targets if t not in audit.RUNNERS["v1"] or t not in audit.RUNNERS["v2"]]
+            assert all((digests[t] is not None) == present for t in own), (release, runner)
     assert set(audit.RUNNER_TARGETS) <= set(audit.TARGETS)
     for targets in audit.FAMILY_TARGETS.values():
         assert set(targets) <= set(audit.TARGETS)

@@ -12,6 +12,8 @@ import pytest
 
 import mrope
 from mrope.integrations import vllm as plugin
+from mrope.integrations.vllm import audit, models
+from mrope.integrations.vllm.state import Patches
 
 
 @pytest.fixture
@@ -25,31 +27,53 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path) -> types.ModuleType:
     return module
 
 
-def test_enable_refuses_unaudited_code(fake_vllm: types.ModuleType) -> None:
-    message = (
-        r"vLLM 0\.31\.0: the code mrope's integration patches differs from every audited release "
-        r"\(0\.32\.0, 0\.33\.0\): vllm\.v1\.worker\.gpu_model_runner:GPUModelRunner\._init_mrope_positions, "
-    )
+def test_enable_refuses_a_vllm_without_runners(fake_vllm: types.ModuleType) -> None:
+    message = r"vLLM 0\.31\.0 has none of the model runners mrope serves \(v1, v2, v2-cpu\)"
     with pytest.raises(mrope.MRopeError, match=message):
         plugin.enable()
     assert plugin.is_enabled() is None
 
 
-def test_a_relabelled_vllm_with_audited_code_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The version string does not decide: audited digests under another version are accepted."""
-    from mrope.integrations.vllm import audit as _vllm_audit
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> dict[str, str | None]:
+    """The installed vLLM's digests, as the test sets them (the verdicts' cache cleared around it)."""
+    digests: dict[str, str | None] = {}
+    monkeypatch.setattr(models, "installed_digests", lambda targets: {t: digests.get(t) for t in targets})
+    models.runner_verdicts.cache_clear()
+    yield digests
+    models.runner_verdicts.cache_clear()
 
-    audited = dict(_vllm_audit.AUDITED["0.33.0"])
-    monkeypatch.setattr(plugin, "installed_digests", lambda targets: {t: audited[t] for t in targets})
-    assert plugin.audited_release("0.33.0+cu130.custom") == "0.33.0"
-    assert plugin.audited_release("9.9.9") in _vllm_audit.AUDITED
-    audited[_vllm_audit.RUNNER_TARGETS[0]] = "0" * 64  # one patched method changed
-    plugin.audited_release.cache_clear()
-    with pytest.raises(
-        mrope.MRopeError, match=r"9\.9\.8: .*GPUModelRunner\._init_mrope_positions; vLLM's own"
-    ):
-        plugin.audited_release("9.9.8")
-    plugin.audited_release.cache_clear()
+
+def test_each_runner_is_judged_on_its_own_targets(installed: dict[str, str | None], caplog) -> None:
+    """0.34's code: V1 absent (not there), both V2-style runners accepted. A V2 target changed: V2 is
+    left to vLLM with a warning naming the target, the CPU runner is still served. Relabelled audited
+    code is accepted whatever the version string."""
+    installed.update(audit.AUDITED["0.34.0"])
+    verdicts = models.runner_verdicts("0.34.0")
+    assert not verdicts["v1"].present
+    assert verdicts["v2"].release == verdicts["v2-cpu"].release == "0.34.0"
+    assert models.accepted_runners("0.34.0+cpu.custom") == ["v2", "v2-cpu"]
+
+    changed = "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel"
+    installed[changed] = "0" * 64
+    models.runner_verdicts.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="mrope.integrations.vllm"):
+        assert models.accepted_runners("9.9.9") == ["v2-cpu"]
+    assert "Model Runner V2 (GPU) that mrope's integration patches differs" in caplog.text
+    assert changed in caplog.text
+
+    installed.clear()
+    installed.update(audit.AUDITED["0.32.0"])
+    models.runner_verdicts.cache_clear()
+    assert models.accepted_runners("0.32.0") == ["v1", "v2"]
+
+
+def test_enable_refuses_when_every_present_runner_differs(installed: dict[str, str | None]) -> None:
+    installed.update(audit.AUDITED["0.33.0"])
+    installed[audit.RUNNERS["v1"][0]] = "0" * 64  # one patched method changed
+    installed[audit.RUNNERS["v2"][0]] = "1" * 64
+    with pytest.raises(mrope.MRopeError, match=r"9\.9\.8: the code of the V1 model runner .*_init_mrope_pos"):
+        models.accepted_runners("9.9.8")
 
 
 def test_enable_refuses_an_unknown_mode() -> None:
@@ -62,10 +86,10 @@ def test_entry_point_warns_and_leaves_vllm_alone(
     fake_vllm: types.ModuleType, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str
 ) -> None:
     monkeypatch.setenv(plugin.ENV_VAR, value)
-    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+    with caplog.at_level(logging.WARNING, logger="mrope.integrations.vllm"):
         plugin.register()
     assert plugin.is_enabled() is None
-    assert "vLLM 0.31.0: the code mrope's integration patches differs" in caplog.text
+    assert "vLLM 0.31.0 has none of the model runners mrope serves" in caplog.text
 
 
 @pytest.mark.parametrize("value", [None, "", "0"])
@@ -79,7 +103,7 @@ def test_entry_point_is_off_by_default(
         monkeypatch.delenv(plugin.ENV_VAR, raising=False)
     else:
         monkeypatch.setenv(plugin.ENV_VAR, value)
-    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+    with caplog.at_level(logging.WARNING, logger="mrope.integrations.vllm"):
         plugin.register()
     assert plugin.is_enabled() is None
     assert caplog.text == ""
@@ -89,7 +113,7 @@ def test_entry_point_refuses_an_unknown_mode(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv(plugin.ENV_VAR, "fast")
-    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+    with caplog.at_level(logging.WARNING, logger="mrope.integrations.vllm"):
         plugin.register()
     assert plugin.is_enabled() is None
     assert "mode must be one of" in caplog.text
@@ -114,7 +138,7 @@ def test_patches_of_two_classes_with_the_same_method_name_keep_their_own_origina
         return "mrope " + patches.original(state_add)(self)
 
     originals = (vars(InputBatch)["add_request"], vars(DefaultModelState)["add_request"])
-    patches = plugin._Patches()
+    patches = Patches()
     patches.apply(InputBatch, "add_request", batch_add)
     patches.apply(DefaultModelState, "add_request", state_add)
     assert (InputBatch().add_request(), DefaultModelState().add_request()) == ("mrope batch", "mrope state")

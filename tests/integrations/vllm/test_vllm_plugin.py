@@ -16,6 +16,7 @@ import pytest
 
 import mrope
 from mrope.integrations import vllm as plugin
+from mrope.integrations.vllm import v1
 from support import checkpoints
 from support import vllm_harness as harness
 
@@ -150,7 +151,7 @@ def test_pruning_keeps_vllms_path(qwen2_5_vl_dir: Path, plugin_off: None, monkey
     prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
     with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
-        monkeypatch.setattr(plugin, "_vllm_path_reason", lambda config, pruning: "pretend pruning")
+        monkeypatch.setattr(v1, "vllm_path_reason", lambda config, pruning: "pretend pruning")
         plugin.enable()
         assert engine.generate(prompts) == expected
     stats = plugin.stats()
@@ -165,7 +166,7 @@ def test_refused_request_is_served_from_vllms_positions(
     table, the runner keeps serving the others by the rule; when the table refuses those positions
     too, the runner hands every request to vLLM's path. The tokens stay vLLM's."""
     prompts = harness.prompt_list("qwen2_5_vl")
-    inputs = plugin.admission_inputs
+    inputs = v1.admission_inputs
 
     def refuse_videos(family, features):
         if any(f.modality == "video" for f in features):
@@ -174,7 +175,7 @@ def test_refused_request_is_served_from_vllms_positions(
 
     with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
-        monkeypatch.setattr(plugin, "admission_inputs", refuse_videos)
+        monkeypatch.setattr(v1, "admission_inputs", refuse_videos)
         plugin.enable()
         assert engine.generate(prompts) == expected
         stats = plugin.stats()

@@ -40,6 +40,7 @@ from vllm.transformers_utils.configs import BailingMoeV3VLConfig, IsaacConfig, Q
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
+from mrope.integrations.vllm import models, v1  # noqa: E402
 from mrope.integrations.vllm.features import (  # noqa: E402
     VLLM_SETTINGS,
     admission_inputs,
@@ -616,7 +617,7 @@ def test_the_v1_runner_serves_them(model_type, data):
 
     setup = setup_of(model_type)
     request = data.draw(requests(setup), label="request")
-    state = plugin._runner_state(_Runner(setup.config))
+    state = v1._runner_state(_Runner(setup.config))
     assert state.active and type(state.family) is type(setup.family), plugin.stats()
     req_state = SimpleNamespace(
         req_id="r0", prompt_token_ids=request.ids, mm_features=request.features, prompt_embeds=None
@@ -729,24 +730,22 @@ def test_every_vllm_mrope_model_is_served_or_listed():
 
 def test_isaac_runners_take_positions_mode_naming_the_missing_token_id():
     # Isaac's config does not hold its placeholder id: no family, so positions mode, and the reason
-    from mrope.integrations import vllm as plugin
 
-    family, reason = plugin._served_family(_Runner(setup_of("isaac").config).model_config)
+    family, reason = models.served_family(_Runner(setup_of("isaac").config).model_config)
     assert family is None and "isaac needs the setting 'image_token_id'" in reason
     with_id = IsaacConfig(vision_config={"pixel_shuffle_scale_factor": 2}, image_token_id=IMAGE)
-    family, reason = plugin._served_family(_Runner(with_id).model_config)
+    family, reason = models.served_family(_Runner(with_id).model_config)
     assert reason is None and family.model_type == "isaac"
 
 
 def test_only_rows_and_pruning_keep_vllms_path():
     # what no table serves: other than 3 position rows, video token pruning; anything else a table does
-    from mrope.integrations import vllm as plugin
 
     config = SimpleNamespace(hf_config=setup_of("isaac").config, mrope_num_dims=4)
-    assert "4 M-RoPE position rows" in plugin._vllm_path_reason(config, pruning=False)
+    assert "4 M-RoPE position rows" in models.vllm_path_reason(config, pruning=False)
     config.mrope_num_dims = 3
-    assert "pruning" in plugin._vllm_path_reason(config, pruning=True)
-    assert plugin._vllm_path_reason(config, pruning=False) is None
+    assert "pruning" in models.vllm_path_reason(config, pruning=True)
+    assert models.vllm_path_reason(config, pruning=False) is None
 
 
 # -- positions mode: a V1 runner whose model mrope has no rule for, served from vLLM's positions -------
@@ -767,7 +766,6 @@ class _StepRunner(_Runner):
 
     def admit(self, req_id: str, request: Request, computed: int = 0) -> None:
         """A new request (``computed``: tokens a prefix-cache hit already holds), through the plugin."""
-        from mrope.integrations import vllm as plugin
 
         req_state = SimpleNamespace(
             req_id=req_id,
@@ -779,12 +777,11 @@ class _StepRunner(_Runner):
             num_computed_tokens=computed,
         )
         self.requests[req_id] = req_state
-        plugin._init_mrope_positions(self, req_state)
+        v1._init_mrope_positions(self, req_state)
 
     def step(self, scheduled: dict[str, int]) -> None:
         """One step of the requests in ``scheduled`` (request -> tokens, in persistent-batch order), as
         vLLM's persistent batch and ``_prepare_inputs`` hand it to the plugin; then their tokens count."""
-        from mrope.integrations import vllm as plugin
 
         batch = self.input_batch
         batch.req_ids = list(scheduled)
@@ -795,7 +792,7 @@ class _StepRunner(_Runner):
             batch.num_computed_tokens_cpu[i] = self.requests[req_id].num_computed_tokens
             state.batch_slots[i] = state.slot_of[req_id]  # what the plugin's add_request keeps
         state.num_scheduled = np.array(list(scheduled.values()), dtype=np.int32)
-        plugin._calc_mrope_positions(self, SimpleNamespace(num_scheduled_tokens=dict(scheduled)))
+        v1._calc_mrope_positions(self, SimpleNamespace(num_scheduled_tokens=dict(scheduled)))
         for req_id, num in scheduled.items():
             self.requests[req_id].num_computed_tokens += num
 

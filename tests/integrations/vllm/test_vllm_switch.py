@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mrope.integrations import vllm as plugin
+from mrope.integrations.vllm import v1
 from support import vllm_harness as harness
 
 # before step k: the plugin's mode (None: off); a switch every few steps, while requests run
@@ -56,7 +57,7 @@ def test_v1_switch_without_adoption_is_caught(
 ) -> None:
     """Negative control: requests admitted before the switch left without a slot make the first step
     fall back (the runner goes to vLLM's path), which the counters show."""
-    monkeypatch.setattr(plugin._RunnerState, "adopt", lambda self, runner: None)
+    monkeypatch.setattr(v1._RunnerState, "adopt", lambda self, runner: None)
     expected, got, stats = _run(qwen2_5_vl_dir, "v1", {2: "mrope"})
     assert got == expected  # never a failed engine
     assert stats["steps"] == 0 and stats["fallback_steps"] > 0

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 import mrope
-from mrope.integrations.vllm import v2 as _vllm_v2
 from mrope.integrations import vllm as plugin
+from mrope.integrations.vllm import models
+from mrope.integrations.vllm import v2 as _vllm_v2
 from support import checkpoints
 from support import vllm_harness as harness
 
@@ -128,7 +129,7 @@ def test_v2_model_without_rule_is_served_in_positions_mode(
     prompts = harness.prompt_list("qwen2_5_vl")
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
-    monkeypatch.setattr(plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule")
+    monkeypatch.setattr(models, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule")
     plugin.enable("check")
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert _v2_worker(engine)["rope_state"] == "TableRopeState"
@@ -160,7 +161,7 @@ def test_v2_pruning_keeps_vllm_state(qwen2_5_vl_dir: Path, plugin_off: None, mon
     prompts = harness.prompt_list("qwen2_5_vl", ["image", "text"])
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         expected = engine.generate(prompts)
-    monkeypatch.setattr(plugin, "_vllm_path_reason", lambda config, pruning: "pretend pruning")
+    monkeypatch.setattr(_vllm_v2, "vllm_path_reason", lambda config, pruning: "pretend pruning")
     plugin.enable()
     with harness.Engine(qwen2_5_vl_dir, runner="v2") as engine:
         assert _v2_worker(engine)["rope_state"] == "RopeState"
