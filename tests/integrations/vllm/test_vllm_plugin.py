@@ -16,7 +16,7 @@ import pytest
 
 import mrope
 from mrope.integrations import vllm as plugin
-from mrope.integrations.vllm import v1
+from mrope.integrations.vllm import models, v1
 from support import checkpoints
 from support import vllm_harness as harness
 
@@ -119,7 +119,7 @@ def test_model_without_rule_is_served_in_positions_mode(
     with harness.Engine(qwen2_5_vl_dir) as engine:
         expected = engine.generate(prompts)
         monkeypatch.setattr(
-            plugin, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule"
+            models, "unsupported_reason", lambda family: f"{family.model_type}: pretend no rule"
         )
 
         plugin.enable("check")
