@@ -77,10 +77,11 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 venv-vllm: $(VLLM_BIN)/.installed
 
 # vLLM 0.34.0's vllm/ and csrc/cpu/ from its sdist (URL and SHA-256 pinned above, the hash checked), replacing
-# $(VLLM034_ROOT) whole; the script writes the stamp last. Standard library only: it needs no environment.
+# $(VLLM034_ROOT) whole, with the metadata of a CPU build (vllm-0.34.0+cpu.dist-info: vLLM picks its CPU platform
+# and Triton's CPU backend from its version); the script writes the stamp last. Standard library only.
 $(VLLM034_ROOT)/.sdist: scripts/vllm_sdist.py Makefile
 	$(PY) scripts/vllm_sdist.py --url $(VLLM034_SDIST) --sha256 $(VLLM034_SHA256) --cache $(VLLM_SRC_CACHE) \
-		--extract $(VLLM034_ROOT) --only vllm/ csrc/cpu/
+		--extract $(VLLM034_ROOT) --only vllm/ csrc/cpu/ --local-version cpu
 
 vllm034-src: $(VLLM034_ROOT)/.sdist
 

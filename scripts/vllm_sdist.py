@@ -11,7 +11,8 @@ With ``--version`` the file and its SHA-256 come from PyPI's JSON simple API (``
 cache folder under its file name and checked against the hash on every use, so a partial or altered
 download is never read. ``--extract`` puts the archive's members under ``--only`` (paths inside the
 release's top folder) into DEST, replacing it whole, and writes ``DEST/.sdist`` (URL and hash) last:
-``make``'s stamp. The path of the archive is printed.
+``make``'s stamp; ``--local-version cpu`` adds the metadata of a CPU build (``vllm-X+cpu.dist-info``).
+The path of the archive is printed.
 """
 
 from __future__ import annotations
@@ -120,12 +121,34 @@ def read_members(archive: str | os.PathLike[str], wanted: Callable[[str], bool])
     return dict(iter_members(archive, wanted))
 
 
+def sdist_version(archive: str | os.PathLike[str]) -> str:
+    """The release's version, from the sdist's top ``PKG-INFO``."""
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            if member.isfile() and member.name.count("/") == 1 and member.name.endswith("/PKG-INFO"):
+                file = tar.extractfile(member)
+                text = file.read().decode("utf-8", "replace") if file is not None else ""
+                for line in text.splitlines():
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+    raise SystemExit(f"{archive}: no PKG-INFO with a version")
+
+
 def extract(
-    archive: str | os.PathLike[str], dest: str | os.PathLike[str], only: Iterable[str], stamp: str = ""
+    archive: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    only: Iterable[str],
+    stamp: str = "",
+    local_version: str | None = None,
 ) -> Path:
     """The archive's regular files under the ``only`` prefixes (paths inside its top folder, e.g.
     ``vllm/``) written under ``dest`` (``dest/vllm/...``), which is replaced whole; ``stamp`` is written
-    to ``dest/.sdist`` last, so a folder with that file is complete."""
+    to ``dest/.sdist`` last, so a folder with that file is complete.
+
+    With ``local_version`` (``cpu``), ``dest`` also gets the metadata a build of that variant installs
+    (``vllm-<version>+cpu.dist-info``): vLLM reads its own version (``importlib.metadata``) to choose
+    its platform and whether Triton's CPU backend counts, and with ``dest`` on ``sys.path`` it finds
+    this one."""
     prefixes = tuple(only)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +168,13 @@ def extract(
             count += 1
         if not count:
             raise SystemExit(f"{archive}: nothing under {', '.join(prefixes)}")
+        if local_version:
+            version = f"{sdist_version(archive)}+{local_version}"
+            info = staging / f"vllm-{version}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(
+                f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n", encoding="utf-8"
+            )
         (staging / STAMP).write_text(stamp + "\n", encoding="utf-8")
         if dest.exists():
             shutil.rmtree(dest)
@@ -186,10 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=".cache/vllm-src", help="the folder that keeps the archives")
     parser.add_argument("--extract", metavar="DEST", help="extract into DEST (replaced whole)")
     parser.add_argument("--only", nargs="+", default=["vllm/"], help="paths inside the release to extract")
+    parser.add_argument(
+        "--local-version", metavar="LOCAL", help="with --extract: metadata of the +LOCAL build (e.g. cpu)"
+    )
     args = parser.parse_args(argv)
     sdist, path = fetch(args.cache, args.version, args.url, args.sha256, args.index_url)
     if args.extract:
-        extract(path, args.extract, args.only, stamp=f"{sdist.url} sha256={sdist.sha256}")
+        stamp = f"{sdist.url} sha256={sdist.sha256}"
+        extract(path, args.extract, args.only, stamp=stamp, local_version=args.local_version)
     print(path)
     return 0
 
