@@ -40,7 +40,7 @@ NUMPY_VENV := .venv-numpy
 # environment's import path, for the tests, their engine subprocesses and the benchmarks alike.
 support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mrope_tests.pth"
 
-.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures clean
+.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -211,6 +211,14 @@ bench-prefill: venv
 
 bench-rotary: venv
 	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
+
+# A vLLM release against the audited ones (docs/vllm-audit.md): its sdist from PyPI (hash checked, kept in
+# VLLM_SRC_CACHE, as are the audited releases' it is diffed against), per runner and model type the targets
+# that differ from the closest audited release with their diffs, then a summary. WRITE=1 adds its digests
+# to src/mrope/integrations/vllm/audited.json. Standard library only.
+audit-vllm:
+	@test -n "$(VERSION)" || { echo "usage: make audit-vllm VERSION=x.y.z [WRITE=1]" >&2; exit 2; }
+	$(PY) scripts/vllm_audit.py --pypi $(VERSION) --cache $(VLLM_SRC_CACHE) $(if $(WRITE),--write)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

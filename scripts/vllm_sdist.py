@@ -47,8 +47,12 @@ class Sdist(NamedTuple):
 
 
 def _open(url: str, accept: str | None = None, timeout: float = 60.0):
+    """``urlopen`` of ``url``; a failure (network, HTTP status, missing file) ends the program naming it."""
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    return urllib.request.urlopen(request, timeout=timeout)
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except OSError as error:  # URLError and HTTPError are OSErrors
+        raise SystemExit(f"{url}: cannot download: {error}") from error
 
 
 def find_sdist(version: str, index_url: str = INDEX_URL) -> Sdist:
