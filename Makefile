@@ -14,6 +14,16 @@ DOCS_VENV := .venv-docs
 # The documentation site's tools, pinned (mkdocstrings reads src/ without importing mrope).
 DOCS_TOOLS := mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
 VLLM_ENV_FIX := tests/vllm_env/_mrope_vllm_env.py tests/vllm_env/mrope_vllm_env.pth
+# vLLM 0.34.0 has no CPU wheel: its Python source (vllm/) and csrc/cpu/ (the C++ op the tests compile) come
+# from its pinned sdist, next to the environment, and run on vLLM 0.32's installed dependencies
+# (PYTHONPATH=$(VLLM034_ROOT)). Downloaded sdists are kept in VLLM_SRC_CACHE (make audit-vllm shares it).
+VLLM_SRC_CACHE := .cache/vllm-src
+VLLM034_VERSION := 0.34.0
+VLLM034_SDIST := https://files.pythonhosted.org/packages/92/21/6e0b077dc4a0b28f5a8ce8bb352a38d7196650d681fd4faa87f8dc622eff/vllm-0.34.0.tar.gz
+VLLM034_SHA256 := fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113
+VLLM034_ROOT := $(VLLM_VENV)/vllm-$(VLLM034_VERSION)
+# torch.utils.cpp_extension builds with ninja (the tests compile vLLM 0.34's prepare_mrope_positions_cpu)
+NINJA := ninja==1.13.2
 # SGLang's engine lives in its own environment too (transformers<5.20 as well; sglang's GPU stack left out).
 SGLANG_VENV := .venv-sglang
 SGLANG_BIN := $(SGLANG_VENV)/bin
@@ -30,7 +40,7 @@ NUMPY_VENV := .venv-numpy
 # environment's import path, for the tests, their engine subprocesses and the benchmarks alike.
 support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mrope_tests.pth"
 
-.PHONY: venv venv-vllm venv-sglang test test-vllm test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures clean
+.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -57,7 +67,7 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 	$(VLLM_BIN)/pip install -q --no-deps $(TORCHVISION)
 	cp $(VLLM_ENV_FIX) "$$($(VLLM_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	$(VLLM_BIN)/pip install -q --no-deps -e .
-	$(VLLM_BIN)/pip install -q 'pytest>=8' 'hypothesis>=6.100'
+	$(VLLM_BIN)/pip install -q 'pytest>=8' 'hypothesis>=6.100' $(NINJA)
 	$(call support_path,$(VLLM_BIN))
 	$(VLLM_BIN)/python -c "import torchvision.transforms.v2, vllm, mrope; \
 		from importlib.metadata import entry_points; \
@@ -65,6 +75,15 @@ $(VLLM_BIN)/.installed: pyproject.toml Makefile $(VLLM_ENV_FIX)
 	touch $@
 
 venv-vllm: $(VLLM_BIN)/.installed
+
+# vLLM 0.34.0's vllm/ and csrc/cpu/ from its sdist (URL and SHA-256 pinned above, the hash checked), replacing
+# $(VLLM034_ROOT) whole, with the metadata of a CPU build (vllm-0.34.0+cpu.dist-info: vLLM picks its CPU platform
+# and Triton's CPU backend from its version); the script writes the stamp last. Standard library only.
+$(VLLM034_ROOT)/.sdist: scripts/vllm_sdist.py Makefile
+	$(PY) scripts/vllm_sdist.py --url $(VLLM034_SDIST) --sha256 $(VLLM034_SHA256) --cache $(VLLM_SRC_CACHE) \
+		--extract $(VLLM034_ROOT) --only vllm/ csrc/cpu/ --local-version cpu
+
+vllm034-src: $(VLLM034_ROOT)/.sdist
 
 # SGLang 0.5.23's offline engine on this CPU (about 3 minutes): sglang and its CPU dependencies by name,
 # the torchvision fix-up of the vLLM environment, and a start-up hook (.pth) that serves a stand-in
@@ -110,9 +129,11 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-test: venv lint venv-vllm venv-sglang
-	$(BIN)/python -m pytest --ignore=tests/integrations/vllm --ignore=tests/integrations/sglang
+test: venv lint venv-vllm vllm034-src venv-sglang
+	$(BIN)/python -m pytest --ignore=tests/integrations/vllm --ignore=tests/integrations/vllm034 \
+		--ignore=tests/integrations/sglang
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
+	PYTHONPATH=$(CURDIR)/$(VLLM034_ROOT) $(VLLM_BIN)/python -m pytest tests/integrations/vllm034
 	$(SGLANG_BIN)/python -m pytest tests/integrations/sglang
 	$(MAKE) test-numpy
 	$(MAKE) docs
@@ -125,7 +146,8 @@ test-numpy: $(NUMPY_VENV)/bin/.installed
 
 # Many more hypothesis examples, random (the "long" profile); CI's profile stays derandomized.
 test-long: venv
-	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --ignore=tests/integrations/vllm --ignore=tests/integrations/sglang
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --ignore=tests/integrations/vllm \
+		--ignore=tests/integrations/vllm034 --ignore=tests/integrations/sglang
 
 # The SGLang tests alone (engines on the CPU, a few minutes).
 test-sglang: venv-sglang
@@ -134,6 +156,10 @@ test-sglang: venv-sglang
 # The vLLM end-to-end tests alone.
 test-vllm: venv-vllm
 	$(VLLM_BIN)/python -m pytest tests/integrations/vllm
+
+# vLLM 0.34.0's own M-RoPE states (its Python source on vLLM 0.32's environment, its C++ op compiled here).
+test-vllm034: venv-vllm vllm034-src
+	PYTHONPATH=$(CURDIR)/$(VLLM034_ROOT) $(VLLM_BIN)/python -m pytest tests/integrations/vllm034
 
 bench: venv venv-vllm venv-sglang
 	$(BIN)/python benchmarks/step.py --json bench-results/step.json
@@ -185,6 +211,14 @@ bench-prefill: venv
 
 bench-rotary: venv
 	$(BIN)/python benchmarks/rotary.py --json bench-results/rotary.json
+
+# A vLLM release against the audited ones (docs/vllm-audit.md): its sdist from PyPI (hash checked, kept in
+# VLLM_SRC_CACHE, as are the audited releases' it is diffed against), per runner and model type the targets
+# that differ from the closest audited release with their diffs, then a summary. WRITE=1 adds its digests
+# to src/mrope/integrations/vllm/audited.json. Standard library only.
+audit-vllm:
+	@test -n "$(VERSION)" || { echo "usage: make audit-vllm VERSION=x.y.z [WRITE=1]" >&2; exit 2; }
+	$(PY) scripts/vllm_audit.py --pypi $(VERSION) --cache $(VLLM_SRC_CACHE) $(if $(WRITE),--write)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

@@ -294,10 +294,11 @@ def load_audited(path: str | os.PathLike[str] = AUDITED_FILE) -> dict[str, dict[
     """The audited releases' digests, oldest release first."""
     with open(path, encoding="utf-8") as file:
         data = json.load(file)
-    return {release: dict(data[release]) for release in sorted(data, key=_release_key)}
+    return {release: dict(data[release]) for release in sorted(data, key=release_key)}
 
 
-def _release_key(release: str) -> tuple[int, ...]:
+def release_key(release: str) -> tuple[int, ...]:
+    """The sort key of a release in :data:`AUDITED` (numeric parts compared as numbers)."""
     return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))
 
 
@@ -310,7 +311,7 @@ SourceReader = Callable[[str], "str | None"]
 
 def source_digest(source: str, qualname: str) -> str | None:
     """SHA-256 (hex) of the source segment of ``qualname`` in a module's source; None where absent."""
-    return _sha256(source_segment(source, qualname))
+    return segment_digest(source_segment(source, qualname))
 
 
 def source_segment(source: str, qualname: str, tree: ast.Module | None = None) -> str | None:
@@ -356,9 +357,10 @@ def _find(body: list[ast.stmt], name: str) -> ast.AST | None:
     return found
 
 
-def digests(read: SourceReader, targets: Iterable[str] = TARGETS) -> dict[str, str | None]:
-    """Digests of ``targets`` from the module sources ``read`` returns (each module read and parsed
-    once; a module ``read`` cannot find, or a file that does not parse, gives None)."""
+def segments(read: SourceReader, targets: Iterable[str] = TARGETS) -> dict[str, str | None]:
+    """The source segments of ``targets`` (:func:`source_segment`) in the module sources ``read``
+    returns (each module read and parsed once; a module ``read`` cannot find, or a file that does not
+    parse, gives None)."""
     sources: dict[str, tuple[str, ast.Module] | None] = {}
     result: dict[str, str | None] = {}
     for target in targets:
@@ -370,9 +372,13 @@ def digests(read: SourceReader, targets: Iterable[str] = TARGETS) -> dict[str, s
             except SyntaxError:
                 sources[module] = None
         parsed = sources[module]
-        segment = None if parsed is None else source_segment(parsed[0], qualname, parsed[1])
-        result[target] = _sha256(segment)
+        result[target] = None if parsed is None else source_segment(parsed[0], qualname, parsed[1])
     return result
+
+
+def digests(read: SourceReader, targets: Iterable[str] = TARGETS) -> dict[str, str | None]:
+    """Digests of ``targets`` from the module sources ``read`` returns (:func:`segments`, hashed)."""
+    return {target: segment_digest(segment) for target, segment in segments(read, targets).items()}
 
 
 def module_files(module: str) -> tuple[str, str]:
@@ -536,21 +542,38 @@ def match(digests: Mapping[str, str | None], version: str | None = None) -> tupl
     targets whose digests differ from the closest audited release (the fewest differences; on a tie
     the one listed last in :data:`AUDITED`, the newest), in the order of ``digests``.
     """
-    differing = {
-        release: [t for t, d in digests.items() if t not in audited or audited[t] != d]
-        for release, audited in AUDITED.items()
-    }
-    exact = [release for release, differ in differing.items() if not differ]
+    exact = [release for release, differ in _differing(digests, AUDITED).items() if not differ]
     if exact:
         preferred = None if version is None else version.split("+")[0]
         return (preferred if preferred in exact else exact[0]), []
+    return None, closest(digests)[1]
+
+
+def closest(
+    digests: Mapping[str, str | None], audited: Mapping[str, Mapping[str, str | None]] | None = None
+) -> tuple[str | None, list[str]]:
+    """The release of ``audited`` (default :data:`AUDITED`) closest to ``digests`` (the fewest targets
+    differ; on a tie the one listed last, the newest) and the targets that differ from it, in the order
+    of ``digests`` (a target the release's entry lacks counts as different); ``(None, every target)``
+    where nothing was audited. ``scripts/vllm_audit.py`` diffs a new release against it."""
+    differing = _differing(digests, AUDITED if audited is None else audited)
     if not differing:
         return None, list(digests)
-    closest = min(reversed(differing.values()), key=len)
-    return None, closest
+    release = min(reversed(differing), key=lambda name: len(differing[name]))
+    return release, differing[release]
 
 
-def _sha256(segment: str | None) -> str | None:
+def _differing(
+    digests: Mapping[str, str | None], audited: Mapping[str, Mapping[str, str | None]]
+) -> dict[str, list[str]]:
+    return {
+        release: [t for t, d in digests.items() if t not in entry or entry[t] != d]
+        for release, entry in audited.items()
+    }
+
+
+def segment_digest(segment: str | None) -> str | None:
+    """A target's digest from its source segment: SHA-256 (hex) of its UTF-8 bytes; None where absent."""
     return None if segment is None else hashlib.sha256(segment.encode("utf-8")).hexdigest()
 
 
