@@ -95,10 +95,10 @@ MINICPM_OCR_CONFIG = {
 
 @dataclass(frozen=True)
 class Case:
-    """A model: vLLM's module and class, the config vLLM hands the model (``config``) and the config
-    mrope reads (``hf_config``), and its processor's layout (``"qwen3"``: images between vision markers,
-    a video per frame timestamp text, vision_start, pads, vision_end; ``"sequential"``: placeholder runs
-    without a grid)."""
+    """A model: vLLM's module and class, the architecture vLLM's registry maps to them, its processor's
+    layout (``"qwen3"``: images between vision markers, a video per frame timestamp text, vision_start,
+    pads, vision_end; ``"sequential"``: placeholder runs without a grid), the config vLLM hands the model
+    (mrope reads the same) and the family mrope gives it."""
 
     module: str
     cls: str
