@@ -111,11 +111,11 @@ def family_reason(family: Family) -> str | None:
 OTHER_ROWS: dict[str, str] = {
     # vLLM 0.34, ``dash_attention.prompt_page_positions``: (4, L) int64, delta 0
     "UnlimitedOCRForCausalLM": (
-        "Unlimited-OCR-2's DASH page positions: (token offset in its page, which restarts at each <PAGE> "
-        "marker, page number, page count, -(its page's prompt tokens) - 1); the fourth row is negative "
-        "on every prompt token, the sign that tells DASH's decode a prompt position from index + delta, "
-        "and the first is no token index, so neither mrope's segment rows (index rows, then t, h, w) nor "
-        "its tables (positions >= 0) hold them"
+        "Unlimited-OCR-2's DASH page positions: token offset in its page, page number, page count, "
+        "-(its page's prompt tokens) - 1; the fourth row is negative on every prompt token (the sign by "
+        "which DASH's decode tells a prompt position from index + delta) and the first restarts at each "
+        "<PAGE> marker, so neither mrope's tables (positions >= 0) nor its segment rows (index rows, then "
+        "t, h, w) hold them"
     ),
 }
 
