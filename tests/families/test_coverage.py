@@ -28,6 +28,9 @@ VLLM_PEER_ONLY = {
     "bailing_moe_v3_vl": "vLLM's own config class",
     "isaac": "vLLM's own config class",
     "minicpmv4_6": "transformers ships the model without a get_rope_index",
+    "minicpm_ocr": "transformers ships the model without a get_rope_index (vLLM 0.34's positions: "
+    "tests/integrations/vllm034/test_models_034.py)",
+    "alpamayo2_super": "vLLM's own config class (vLLM 0.34's positions: tests/integrations/vllm034)",
     "qwen3_asr": "transformers ships the model without a get_rope_index (1-D positions)",
     "qwen3_asr_thinker": "vLLM's config nests it in qwen3_asr",
 }

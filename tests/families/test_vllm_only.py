@@ -1,6 +1,7 @@
-"""The families whose only peer is vLLM (Sequential, Keye, BailingMoeV3-VL, Isaac): config reading and refused
-inputs. Their positions are compared with vLLM's own code in
-tests/integrations/vllm/test_vllm_positions.py."""
+"""The families whose only peer is vLLM (Sequential, Keye, BailingMoeV3-VL, Isaac, Alpamayo 2 Super): config
+reading and refused inputs. Their positions are compared with vLLM's own code in
+tests/integrations/vllm/test_vllm_positions.py (vLLM 0.32) and tests/integrations/vllm034/test_models_034.py
+(Alpamayo 2 Super, MiniCPM-OCR: vLLM 0.34)."""
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ BAILING = {**KEYE, "model_type": "bailing_moe_v3_vl", "architectures": None}
     "config",
     [
         {"model_type": "minicpmv4_6"},
+        {"model_type": "minicpm_ocr", "image_token_id": 151655, "downsample_mode": "4x"},
         {"model_type": "qwen3_asr", "thinker_config": {"model_type": "qwen3_asr_thinker"}},
     ],
 )
@@ -91,3 +93,48 @@ def test_isaac_rows_of_a_batch_are_placed_as_their_prompts():
         expected, delta = family.positions(rows[r], image_grid_thw=grids[r])
         np.testing.assert_array_equal(positions[:, r], expected)
         assert int(deltas[r, 0]) == delta
+
+
+# Alpamayo 2 Super's checkpoint config: a Qwen3-VL config wrapped in vlm_config
+ALPAMAYO_VLM = {
+    "model_type": "qwen3_vl",
+    "image_token_id": 7,
+    "video_token_id": 8,
+    "vision_start_token_id": 5,
+    "vision_end_token_id": 6,
+    "vision_config": {"spatial_merge_size": 2},
+    "text_config": {"model_type": "qwen3_vl_text", "rope_parameters": {"mrope_section": [24, 20, 20]}},
+}
+
+
+def test_alpamayo_reads_the_wrapped_config_as_vllms_config_class():
+    # the ids and sub-configs from vlm_config; an id at the top level wins, a sub-config in vlm_config wins
+    raw = {"model_type": "alpamayo2_super", "vlm_config": ALPAMAYO_VLM, "traj_ids": {"history_id0": 3}}
+    family = mrope.from_config(raw)
+    assert type(family) is mrope.families.Alpamayo2Super
+    assert family.settings == {"image_token_id": 7, "video_token_id": 8, "spatial_merge_size": 2}
+    assert family.config["text_config"] == ALPAMAYO_VLM["text_config"]
+    assert family.prompt_markers()["vision_start_token_id"] == 5
+    assert family.rotary_layout == "interleaved" and family.video_frames_in_prompt
+    top = {**raw, "image_token_id": 9, "vision_config": {"spatial_merge_size": 4}}
+    assert mrope.from_config(top).settings == {
+        "image_token_id": 9,
+        "video_token_id": 8,
+        "spatial_merge_size": 2,
+    }
+    # the config vLLM hands over (its class's to_dict()): the fields already at the top level too
+    exposed = {**raw, **{k: v for k, v in ALPAMAYO_VLM.items() if k != "model_type"}}
+    assert mrope.from_config(exposed).settings == family.settings
+    with pytest.raises(MRopeError, match="alpamayo2_super needs the setting 'image_token_id'"):
+        mrope.from_config({"model_type": "alpamayo2_super", "vlm_config": {"video_token_id": 8}})
+
+
+def test_alpamayo_is_qwen3_vls_rule():
+    family = mrope.from_config({"model_type": "alpamayo2_super", "vlm_config": ALPAMAYO_VLM})
+    qwen3 = mrope.families.Qwen3VL("qwen3_vl", **family.settings)
+    ids = [1, 5, 7, 7, 7, 7, 6, 2, 5, 8, 8, 6, 3, 5, 8, 8, 6, 4]
+    grids = {"image_grid_thw": [[1, 4, 4]], "video_grid_thw": [[2, 2, 4]]}
+    expected, expected_delta = qwen3.positions(ids, **grids)
+    positions, delta = family.positions(ids, **grids)
+    np.testing.assert_array_equal(positions, expected)
+    assert delta == expected_delta

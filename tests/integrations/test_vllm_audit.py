@@ -265,6 +265,27 @@ def test_audited_has_every_target_of_every_release() -> None:
     assert all(re.fullmatch(r"vllm(\.\w+)+:\w+(\.\w+)*", t) for t in audit.TARGETS)
 
 
+def test_models_of_later_releases_are_audited_in_every_release() -> None:
+    # Alpamayo 2 Super and MiniCPM-OCR (vLLM 0.33 and 0.34) inherit their parents' position code: their
+    # own get_mrope_input_positions is absent (None) everywhere, and the parents' code is there in every
+    # release; Alpamayo's config class is 0.33's and 0.34's; Keye-VL's code is gone from 0.34
+    own = [
+        "vllm.model_executor.models.alpamayo2_super:Alpamayo2SuperForConditionalGeneration."
+        "get_mrope_input_positions",
+        "vllm.model_executor.models.alpamayo2_super:Alpamayo2SuperForConditionalGeneration."
+        "_get_mrope_input_positions",
+        "vllm.model_executor.models.minicpm_ocr:MiniCPMOcrForConditionalGeneration.get_mrope_input_positions",
+    ]
+    config = "vllm.transformers_utils.configs.alpamayo2_super:Alpamayo2SuperConfig"
+    for model_type in ("alpamayo2_super", "minicpm_ocr"):
+        for release, digests in audit.AUDITED.items():
+            for target in audit.FAMILY_TARGETS[model_type]:
+                absent = target in own or (target == config and release == "0.32.0")
+                assert (digests[target] is None) == absent, (release, target)
+    assert audit.AUDITED["0.33.0"][config] == audit.AUDITED["0.34.0"][config]
+    assert audit.present_in("keye") == audit.present_in("keye_vl1_5") == ["0.32.0", "0.33.0"]
+
+
 def test_the_module_needs_the_standard_library_only() -> None:
     tree = ast.parse(Path(audit.__file__).read_text("utf-8"))
     imported = {

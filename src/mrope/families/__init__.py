@@ -10,6 +10,7 @@ from .._errors import MRopeError
 from ..core import Compat
 from ._base import Family
 from ._items import find_image_positions
+from .alpamayo2_super import Alpamayo2Super
 from .bailing_moe_v3_vl import BailingMoeV3VL
 from .cohere_compass import CohereCompass
 from .cosmos3 import Cosmos3
@@ -41,6 +42,7 @@ FAMILIES: tuple[type[Family], ...] = (
     Qwen3_5,
     Cosmos3,
     CohereCompass,
+    Alpamayo2Super,
     PaddleOCRVL,
     Glm46V,
     Ernie4_5_VL,
@@ -91,7 +93,9 @@ def from_config(
     config : transformers ``PretrainedConfig`` or its ``to_dict()``; a config that nests a
         ``thinker_config`` (Qwen2.5-Omni, Qwen3-Omni, Qwen3-ASR) is read from its thinker. A remote-code
         config whose ``model_type`` is not registered is found by its ``architectures``
-        (:data:`ARCHITECTURES`: Keye-VL, Keye-VL-1.5, OpenPangu-VL).
+        (:data:`ARCHITECTURES`: Keye-VL, Keye-VL-1.5, OpenPangu-VL). A config that wraps its model's
+        config is read as the family's :meth:`Family.unwrap_config` places it (Alpamayo 2 Super's
+        ``vlm_config``).
     compat : ``"vllm"`` (default) or ``"transformers"``: where text resumes after a vision block
         (see the README's conventions) and, for Qwen2.5-VL, the arithmetic of its scaled video time.
     video_time : ``"float32"`` (default) or ``"float64"``: the arithmetic of scaled video time
@@ -121,6 +125,7 @@ def from_config(
         raise MRopeError(
             f"unsupported model_type {model_type!r}; supported: {', '.join(supported_model_types())}"
         )
+    cfg = cls.unwrap_config(cfg)
     settings = {**cls.read_settings(cfg), **overrides}
     names = cls.setting_names()
     unknown = sorted(set(settings) - set(names))

@@ -191,6 +191,12 @@ class Family:
         return replace(self, compat=compat)
 
     @classmethod
+    def unwrap_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The config as the family reads it (its settings, markers and text config): the config itself,
+        but for a family whose checkpoint wraps its model's config (Alpamayo 2 Super's ``vlm_config``)."""
+        return dict(config)
+
+    @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
         """Settings found in a config dict: top level first, then ``vision_config``."""
         vision = config.get("vision_config") or {}

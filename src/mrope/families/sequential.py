@@ -1,8 +1,10 @@
-"""MiniCPM-V 4.6 and Qwen3-ASR: every token in order, the three rows equal.
+"""MiniCPM-V 4.6, MiniCPM-OCR and Qwen3-ASR: every token in order, the three rows equal.
 
 Their vision or audio placeholders carry embeddings but no spatial position: each token, placeholder
 or text, has position ``i`` on all three rows (delta 0), as vLLM 0.32 computes it (MiniCPM-V 4.6 feeds
 a Qwen3.5 backbone three equal rows; Qwen3-ASR positions each audio run as the text it continues).
+MiniCPM-OCR (``minicpm_ocr`` configs; vLLM 0.34) is MiniCPM-V 4.6's model with other image geometry:
+vLLM's class for it inherits MiniCPM-V 4.6's position code.
 Grids and offsets are refused: the family has no block to place.
 """
 
@@ -22,7 +24,7 @@ from .inputs import RequestInputs, Seconds
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class Sequential(Family):
-    model_types = ("minicpmv4_6", "qwen3_asr", "qwen3_asr_thinker")
+    model_types = ("minicpmv4_6", "minicpm_ocr", "qwen3_asr", "qwen3_asr_thinker")
     places_items = False
     takes_offsets = False
     #: no spatial merge: there is no block (the shared checks read it)

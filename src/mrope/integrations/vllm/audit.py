@@ -141,6 +141,8 @@ _GLM4V = (
     _QWEN2_FIELDS,
 )
 
+_ALPAMAYO = _MODELS + "alpamayo2_super:Alpamayo2SuperForConditionalGeneration."
+_MINICPMV4_6 = _MODELS + "minicpmv4_6:MiniCPMV4_6ForConditionalGeneration.get_mrope_input_positions"
 _QWEN3_ASR = (_MODELS + "qwen3_asr:Qwen3ASRForConditionalGeneration.get_mrope_input_positions",)
 
 # the Omni thinkers: the position rule and the feature reading it calls, the field config, and the
@@ -184,6 +186,7 @@ _QWEN3_OMNI = (
 #: reproduces), the field config (which fields survive ``strip_covered_mm_data``: the grids and video
 #: times are ``keep_on_cpu``) and the prompt updates (where a feature's offset points). A subclass's
 #: ``get_mrope_input_positions`` that is absent (digest None) is audited too: one appearing is a change.
+#: Every release's entry holds every target: a model new in a release has None where it is absent.
 FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
     "qwen2_vl": (
         _MODELS + "qwen2_vl:Qwen2VLForConditionalGeneration.get_mrope_input_positions",
@@ -214,6 +217,14 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
         *_QWEN3,
         _MODELS + "cosmos3_edge:Cosmos3EdgeForConditionalGeneration.get_mrope_input_positions",
         _MODELS + "cosmos3_edge:Cosmos3EdgeMultiModalProcessor",
+    ),
+    # vLLM 0.34: Qwen3-VL's model class, rule and processor; the config class that places the wrapped
+    # Qwen3-VL config's ids and sub-configs (``Alpamayo2Super.unwrap_config`` reads it as it does)
+    "alpamayo2_super": (
+        *_QWEN3,
+        _ALPAMAYO + "get_mrope_input_positions",
+        _ALPAMAYO + "_get_mrope_input_positions",
+        "vllm.transformers_utils.configs.alpamayo2_super:Alpamayo2SuperConfig",
     ),
     "cohere_compass": (
         _MODELS + "cohere_compass:CohereCompassForConditionalGeneration.get_mrope_input_positions",
@@ -270,7 +281,12 @@ FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
         _QWEN2_FIELDS,
     ),
     # every token in order: the position rule alone (the features give no inputs)
-    "minicpmv4_6": (_MODELS + "minicpmv4_6:MiniCPMV4_6ForConditionalGeneration.get_mrope_input_positions",),
+    "minicpmv4_6": (_MINICPMV4_6,),
+    # vLLM 0.34: MiniCPM-V 4.6's model class and rule
+    "minicpm_ocr": (
+        _MINICPMV4_6,
+        _MODELS + "minicpm_ocr:MiniCPMOcrForConditionalGeneration.get_mrope_input_positions",
+    ),
     "qwen3_asr": _QWEN3_ASR,
     "qwen3_asr_thinker": _QWEN3_ASR,
     "qwen2_5_omni": _QWEN2_5_OMNI,
@@ -514,6 +530,12 @@ def family_verdict(model_type: str, version: str | None = None) -> Verdict | Non
     present = any(installed[t] is not None for t in targets)
     release, differing = match(installed, version)
     return Verdict(model_type, present, release, differing)
+
+
+def present_in(model_type: str) -> list[str]:
+    """The audited releases that have ``model_type``'s position code (any of its targets), oldest first."""
+    targets = FAMILY_TARGETS.get(model_type, ())
+    return [release for release, audited in AUDITED.items() if any(audited.get(t) for t in targets)]
 
 
 def _package_dirs(top: str) -> list[str]:

@@ -18,6 +18,7 @@ from .audit import (
     Verdict,
     family_verdict,
     installed_digests,
+    present_in,
     runner_verdict,
 )
 from .features import VLLM_SETTINGS, unsupported_reason
@@ -83,14 +84,20 @@ def _difference(version: str, verdict: Verdict) -> str:
 
 def family_reason(family: Family) -> str | None:
     """Why mrope's rule does not serve a runner of this model (positions mode serves it): the rule
-    differs from vLLM's, or vLLM's code for the model is not an audited release's (None: the rule
-    serves it)."""
+    differs from vLLM's, vLLM has no code for the model (Keye-VL past 0.33), or its code is not an
+    audited release's (None: the rule serves it)."""
     reason = unsupported_reason(family)
     if reason is not None:
         return reason
-    verdict = family_verdict(family.model_type, installed_version())
+    version = installed_version()
+    verdict = family_verdict(family.model_type, version)
     if verdict is None:
         return f"vLLM's {family.model_type} position code was not audited for mrope"
+    if not verdict.present:
+        return (
+            f"vLLM {version} has no {family.model_type} position code of its own (mrope's rule reproduces "
+            f"that of {', '.join(present_in(family.model_type))})"
+        )
     if not verdict.accepted:
         return (
             f"vLLM's {family.model_type} code differs from every audited release ({', '.join(AUDITED)}): "
@@ -99,13 +106,33 @@ def family_reason(family: Family) -> str | None:
     return None
 
 
+#: what the position rows of vLLM's models with other rows than (t, h, w) hold, by architecture (named
+#: in :func:`vllm_path_reason`'s message)
+OTHER_ROWS: dict[str, str] = {
+    # vLLM 0.34, ``dash_attention.prompt_page_positions``: (4, L) int64, delta 0
+    "UnlimitedOCRForCausalLM": (
+        "Unlimited-OCR-2's DASH page positions: token offset in its page, page number, page count, "
+        "-(its page's prompt tokens) - 1; the fourth row is negative on every prompt token (the sign by "
+        "which DASH's decode tells a prompt position from index + delta) and the first restarts at each "
+        "<PAGE> marker, so neither mrope's tables (positions >= 0) nor its segment rows (index rows, then "
+        "t, h, w) hold them"
+    ),
+}
+
+
 def vllm_path_reason(model_config: Any, *, pruning: bool) -> str | None:
     """Why a runner's positions stay on vLLM's own path whatever its model (None: a table serves it):
-    position rows other than 3; in the V1 runner (``pruning`` True there), video token pruning. Never
-    raises."""
+    position rows other than 3 (:data:`OTHER_ROWS` says what a known model's hold); in the V1 runner
+    (``pruning`` True there), video token pruning. Never raises."""
     num_dims = getattr(model_config, "mrope_num_dims", 3)
     if num_dims != 3:
-        return f"the model has {num_dims} M-RoPE position rows (mrope's vLLM integration serves 3)"
+        hf_config = getattr(model_config, "hf_config", None)
+        architectures = getattr(hf_config, "architectures", None) or ()
+        held = next((f" ({OTHER_ROWS[a]})" for a in architectures if a in OTHER_ROWS), "")
+        return (
+            f"the model has {num_dims} M-RoPE position rows{held}; mrope's vLLM integration serves 3 "
+            "(t, h, w)"
+        )
     if pruning:
         return "video token pruning (EVS) in the V1 runner reads and rewrites the stored positions"
     return None
