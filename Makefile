@@ -40,7 +40,7 @@ NUMPY_VENV := .venv-numpy
 # environment's import path, for the tests, their engine subprocesses and the benchmarks alike.
 support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mrope_tests.pth"
 
-.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
+.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-vllm-034 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -170,6 +170,7 @@ bench: venv venv-vllm venv-sglang
 	$(MAKE) bench-vllm-prefill
 	$(MAKE) bench-vllm-engine
 	$(MAKE) bench-vllm-v2
+	$(MAKE) bench-vllm-034
 	$(MAKE) bench-sglang
 
 # transformers with and without mrope's patch: generate's prefill position step, a tiny Omni prefill,
@@ -185,6 +186,12 @@ bench-vllm-engine: venv-vllm
 # 8k and 32k-token videos and the first seed's image prompt, and the bytes of each state at 1024 x 262144.
 bench-vllm-v2: venv-vllm
 	$(VLLM_BIN)/python benchmarks/vllm_v2.py --json bench-results/vllm-v2.json
+
+# vLLM 0.34's own code (its source beside vLLM 0.32's dependencies): admission per request in both V2-style
+# runners (vLLM's RopeState against mrope's), the CPU runner's step against vLLM's C++ op (compiled from that
+# source), 8/64/256 requests, and each state's bytes at 1024 x 262144.
+bench-vllm-034: venv-vllm vllm034-src
+	PYTHONPATH=$(CURDIR)/$(VLLM034_ROOT) $(VLLM_BIN)/python benchmarks/vllm_034.py --json bench-results/vllm-034.json
 
 # The plugin inside SGLang's CPU engine: per-step positions (ForwardBatch._compute_mrope_positions) and
 # prompt positions, SGLang's own against mrope's, 8/64/256 running requests.

@@ -15,40 +15,21 @@
   positions, the fourth negative in the prompt and the first no token index; vLLM's own config code gives
   the model 4 position rows, and the plugin leaves it to vLLM's path, naming those rows.
 
-Run with vLLM 0.34's source on ``PYTHONPATH`` (``MROPE_VLLM034_SRC``, in ``.venv-vllm``); elsewhere the
-module is skipped.
+Run with vLLM 0.34's source on ``PYTHONPATH`` (``make test``; see this folder's conftest).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+import torch  # noqa: E402
 from hypothesis import given
 from hypothesis import strategies as st
-
-SOURCE = Path(os.environ.get("MROPE_VLLM034_SRC", "/tmp/vllm034/vllm-0.34.0"))
-
-
-def _vllm034_importable() -> bool:
-    """Whether ``import vllm`` finds vLLM 0.34's source tree (:data:`SOURCE`)."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None or importlib.util.find_spec("torch") is None:
-        return False
-    return Path(spec.origin).resolve().is_relative_to(SOURCE.resolve())
-
-
-if not _vllm034_importable():
-    pytest.skip(f"vLLM 0.34's source ({SOURCE}) is not what imports as vllm", allow_module_level=True)
-
-import torch  # noqa: E402
 from vllm.model_executor.layers.dash_attention import prompt_page_positions  # noqa: E402
 from vllm.model_executor.models.config import UnlimitedOCRForCausalLMConfig  # noqa: E402
 from vllm.model_executor.models.registry import _MULTIMODAL_MODELS  # noqa: E402
