@@ -116,8 +116,8 @@ def _summary(values: list[int]) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from mrope.integrations.vllm import v2 as _vllm_v2
     from mrope.integrations import vllm as plugin
+    from mrope.integrations.vllm import v2 as _vllm_v2
 
     results: dict[str, Any] = {"admission": {}, "memory": {}}
     plugin.enable()

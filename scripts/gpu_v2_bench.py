@@ -37,11 +37,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from _timing import cuda_event_seconds, median_us, time_call  # noqa: E402
-from step import IMAGE_GRID, QWEN2_5_VL_3B  # noqa: E402
-
 from mrope import from_config  # noqa: E402
 from mrope.integrations.vllm import audit as _vllm_audit  # noqa: E402
 from mrope.serving import PositionTable  # noqa: E402
+from step import IMAGE_GRID, QWEN2_5_VL_3B  # noqa: E402
 
 KERNEL = "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel"
 MAX_MODEL_LEN = 4096

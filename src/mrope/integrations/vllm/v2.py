@@ -1,14 +1,16 @@
-"""mrope's M-RoPE state for vLLM's Model Runner V2 (``vllm/v1/worker/gpu/``): ``RopeState``'s interface
-over a :class:`mrope.PositionTable`.
+"""mrope's M-RoPE state for vLLM's V2-style model runners: ``RopeState``'s interface over a
+:class:`mrope.PositionTable`, in Model Runner V2 (``vllm/v1/worker/gpu/``) and vLLM 0.34's CPU runner
+(``vllm/v1/worker/cpu/``).
 
-vLLM's ``RopeState`` (``vllm/v1/worker/gpu/mm/rope.py``) stores every prompt token's positions in a
-``(max_num_reqs * 3, max_model_len)`` int32 buffer of pinned host memory (3 GiB at 1024 requests of
-262,144 tokens, in every worker) and fills it at admission from the model's Python
-``get_mrope_input_positions`` and a ``.tolist()`` per row. :class:`TableRopeState` keeps the placed
-segments instead (O(images + frames) per request), admits from the prompt ids and the features' grids
-and offsets, and writes each step's positions with one :meth:`PositionTable.fill_ragged` from the
-runner's own tensors: one Triton launch on a GPU (no host synchronization, no host-to-device copy per
-step), the compiled or numpy step on vLLM's CPU runner.
+vLLM's ``RopeState`` stores every prompt token's positions in a ``(max_num_reqs * num_dims,
+max_model_len)`` int32 buffer (3 GiB at 1024 requests of 262,144 tokens, in every worker: pinned host
+memory read by the GPU, or a host tensor read by the CPU runner's C++ op) and fills it at admission from
+the model's Python ``get_mrope_input_positions``. :class:`TableRopeState` keeps the placed segments instead
+(O(images + frames) per request), admits from the prompt ids and the features' grids and offsets, and
+writes each step's positions with one :meth:`PositionTable.fill_ragged` from the runner's own tensors:
+one Triton launch on a GPU (no host synchronization, no host-to-device copy per step), the compiled or
+numpy step on the host. Video token pruning's read renders a request's positions from the table, its
+update registers the recomputed ones (:meth:`PositionTable.add_positions`).
 
 Without a family (positions mode: a model mrope has no rule for, or does not serve as vLLM does) every
 request's prompt positions are vLLM's own (``get_mrope_input_positions``, as vLLM's ``RopeState``
@@ -18,13 +20,13 @@ What the state does when it cannot serve (the engine never fails because of mrop
 
 - a request whose inputs mrope refuses (any exception) gets vLLM's positions for it
   (``get_mrope_input_positions``) registered in the table, logged and counted;
-- positions the table cannot hold (fractional ones that are not float32 runs), or :func:`disable`: the state
-  *hands over*: vLLM's ``RopeState`` is built, every live request's positions rendered into it, and
-  from then on every call goes to it.
+- positions the table cannot hold, or :func:`~mrope.integrations.vllm.disable`: the state *hands over*:
+  vLLM's ``RopeState`` is built, every live request's positions written into it (through its own
+  ``update_prefill_positions``), and from then on every call goes to it.
 
-``mode() == "check"``: vLLM's ``RopeState`` runs beside the table (admission and step); after each step
-the two are compared and a difference raises :class:`MRopeError` naming the request, the step, the
-column and both values. vLLM's positions are the ones used.
+``mode() == "check"``: vLLM's ``RopeState`` runs beside the table (admission, step, pruning); after each
+step and at each pruning read the two are compared and a difference raises :class:`MRopeError` naming the
+request, the step, the column and both values. vLLM's positions are the ones used.
 """
 
 from __future__ import annotations
