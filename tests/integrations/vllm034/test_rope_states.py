@@ -251,3 +251,26 @@ def test_check_mode_catches_a_wrong_state(
     monkeypatch.setattr(mrope.PositionTable, "fill_ragged", wrong)
     with pytest.raises(mrope.MRopeError, match=r"mrope check: request at index 0, step 2: column 0"):
         driver.step([1])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_disable_hands_live_requests_to_vllms_state(
+    runner: str, qwen2_5_vl: SimpleNamespace, enabled: Any, data
+) -> None:
+    """:func:`disable` while requests are mid-prefill: mrope's state hands over to a vLLM ``RopeState``
+    holding every live request's positions (written through its own ``update_prefill_positions``), and
+    the next steps and pruning reads still equal vLLM's."""
+    theirs, ours = make_states(runner, qwen2_5_vl, "mrope")
+    driver = Driver((theirs, ours), qwen2_5_vl.model)
+    for _ in range(3):
+        ids, features = data.draw(prompts(qwen2_5_vl.config), label="prompt")
+        driver.admit(Request(ids, features), cached=0)
+    driver.step([max(1, r.prefill_len // 2) for r in driver.running])
+    plugin.disable()
+    driver.step([max(1, r.prefill_len - r.computed) for r in driver.running])
+    assert ours.handed_over and ours.vllm is not None
+    for request in driver.running:
+        read = [state.read_prefill_positions(request.index, request.prefill_len) for state in driver.states]
+        assert torch.equal(read[0].long(), read[1].long())
+    driver.step([1] * len(driver.running))
