@@ -2,6 +2,7 @@
 and a wheel that ships the library alone (the peers and the benchmarks stay in the repository)."""
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -114,6 +115,11 @@ def test_wheel_ships_only_the_library(tmp_path):
     assert modules and all(n.startswith("mrope/") for n in modules), modules
     shipped = [n for n in modules if re.search(r"(^|/)(peers|bench|benchmarks|_timing|_common)(/|\.py$)", n)]
     assert not shipped, f"test or benchmark modules in the wheel: {shipped}"
+    # the package's data: the vLLM integration's audited digests (read at enable), the type marker
+    for data in ("mrope/integrations/vllm/audited.json", "mrope/py.typed"):
+        assert data in archive.namelist(), data
+    audited = json.loads(archive.read("mrope/integrations/vllm/audited.json"))
+    assert {"0.32.0", "0.33.0", "0.34.0"} <= set(audited)
     entry_points = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = archive.read(entry_points[0]).decode() if entry_points else ""
     section = re.search(r"\[console_scripts\]\n(.*?)(\n\[|\Z)", text, re.S)
