@@ -1,11 +1,13 @@
 """vLLM's M-RoPE models outside an engine, as the tests and the benchmarks call them: the remote-code
 configs (:func:`remote_config`), a stand-in ``self`` for a model class's ``get_mrope_input_positions``
-(:func:`stand_in`) and the prompt layouts of vLLM's processors that both build
-(:func:`openpangu_video`). Imports vLLM and transformers only when called."""
+(:func:`stand_in`), a request as the runner receives it (:class:`Request`) and the prompt layouts of
+vLLM's processors that both build (:func:`openpangu_video`). Imports vLLM and transformers only when
+called."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 # token ids of the remote-code configs (Qwen2-VL's, as their checkpoints use)
@@ -44,3 +46,19 @@ def openpangu_video(config: Any, frames: int, plane: int) -> list[int]:
         tokens += [config.vision_end_token_id, config.vision_start_token_id] * (k > 0)
         tokens += [config.video_token_id] * plane
     return tokens
+
+
+@dataclass
+class Request:
+    """A request as vLLM's runner receives it: the prompt ids and its ``MultiModalFeatureSpec`` list (in a
+    random order: vLLM sorts them by offset itself)."""
+
+    ids: list[int]
+    features: list[Any]
+
+    def describe(self) -> str:
+        items = [
+            (f.modality, f.mm_position.offset, {k: e.data.tolist() for k, e in f.data.items()})
+            for f in self.features
+        ]
+        return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"

@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support.peers import require_module
-from support.vllm_models import END, IMAGE, START, VIDEO, openpangu_video, remote_config, stand_in
+from support.vllm_models import END, IMAGE, START, VIDEO, Request, openpangu_video, remote_config, stand_in
 
 vllm = require_module("vllm")
 torch = require_module("torch")
@@ -218,19 +218,6 @@ def setup_of(model_type: str) -> Setup:
 
 
 # -- prompts as vLLM's processors lay them out --------------------------------------------------------
-@dataclass
-class Request:
-    ids: list[int]
-    features: list[Any]  # MultiModalFeatureSpec, in a random order
-
-    def describe(self) -> str:
-        items = [
-            (f.modality, f.mm_position.offset, {k: e.data.tolist() for k, e in f.data.items()})
-            for f in self.features
-        ]
-        return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
-
-
 _feature = feature_spec
 
 

@@ -51,7 +51,7 @@ from mrope.integrations.vllm.features import (  # noqa: E402
 )
 from mrope.integrations.vllm.models import served_family, vllm_path_reason  # noqa: E402
 from mrope.serving import PositionTable  # noqa: E402
-from support.vllm_models import remote_config, stand_in  # noqa: E402
+from support.vllm_models import Request, remote_config, stand_in  # noqa: E402
 
 TEXT = st.integers(1000, 9000)  # no special id lies here
 # the wrapped Qwen3-VL config's ids (not Qwen3-VL's defaults: read from vlm_config) and merge
@@ -116,19 +116,6 @@ CASES = {
 
 def family_of(model_type: str) -> Family:
     return mrope.from_config(CASES[model_type].config, **VLLM_SETTINGS)
-
-
-@dataclass
-class Request:
-    ids: list[int]
-    features: list[Any]  # MultiModalFeatureSpec, in a random order
-
-    def describe(self) -> str:
-        items = [
-            (f.modality, f.mm_position.offset, {k: e.data.tolist() for k, e in f.data.items()})
-            for f in self.features
-        ]
-        return f"L={len(self.ids)}, items {sorted(items, key=lambda x: x[1])}"
 
 
 @st.composite
