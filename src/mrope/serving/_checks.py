@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import check_int64_range, overlapping, refuse_non_integers, to_numpy
+from .._backends import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
 from .._errors import MRopeError
 from ._state import DEAD, MAX_INDEX, PLEN
 
@@ -110,9 +110,16 @@ def out_overlaps(out: np.ndarray, num: int) -> bool:
 
 
 def as_index(x: Any, name: str) -> np.ndarray:
-    """A 1-D int64 or int32 numpy array, without a copy when ``x`` already is one."""
-    if type(x) is np.ndarray and x.dtype in INDEX_DTYPES and x.ndim == 1:
-        return x
+    """A 1-D int64 or int32 numpy array, without a copy when ``x`` already is one (or a CPU tensor of
+    one: an engine's per-step index tensors are viewed directly, the common case checked first)."""
+    view = x
+    if type(x) is not np.ndarray and is_torch_tensor(x):
+        try:
+            view = x.numpy()  # a CPU tensor without grad: a view; anything else takes the general path
+        except (RuntimeError, TypeError):
+            pass
+    if type(view) is np.ndarray and view.dtype in INDEX_DTYPES and view.ndim == 1:
+        return view
     arr = to_numpy(x, name=name)
     if arr.ndim != 1:
         raise MRopeError(f"{name} must be 1-D, got shape {arr.shape}")
