@@ -3,6 +3,7 @@ naming the value and what was expected, before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -114,10 +115,8 @@ def as_index(x: Any, name: str) -> np.ndarray:
     one: an engine's per-step index tensors are viewed directly, the common case checked first)."""
     view = x
     if type(x) is not np.ndarray and is_torch_tensor(x):
-        try:
-            view = x.numpy()  # a CPU tensor without grad: a view; anything else takes the general path
-        except (RuntimeError, TypeError):
-            pass
+        with contextlib.suppress(RuntimeError, TypeError):  # a device tensor, or one with grad
+            view = x.numpy()  # a CPU tensor: a view
     if type(view) is np.ndarray and view.dtype in INDEX_DTYPES and view.ndim == 1:
         return view
     arr = to_numpy(x, name=name)
