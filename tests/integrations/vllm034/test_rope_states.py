@@ -196,10 +196,15 @@ class Driver:
             state.update_prefill_positions(request.index, new, delta)
 
 
+@pytest.mark.parametrize("mode", ["mrope", "check"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_states_give_vllms_positions(runner: str, qwen2_5_vl: SimpleNamespace, enabled: Any, data) -> None:
-    states = make_states(runner, qwen2_5_vl, "mrope")
+def test_states_give_vllms_positions(
+    runner: str, mode: str, qwen2_5_vl: SimpleNamespace, enabled: Any, data
+) -> None:
+    """Every step and every pruning read equal vLLM's; in check mode mrope's state also compares them
+    itself (and hands out vLLM's), raising nothing."""
+    states = make_states(runner, qwen2_5_vl, mode)
     driver = Driver(states, qwen2_5_vl.model)
     rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
     for _ in range(data.draw(st.integers(1, 14), label="steps")):
@@ -228,6 +233,7 @@ def test_states_give_vllms_positions(runner: str, qwen2_5_vl: SimpleNamespace, e
     stats = plugin.stats()
     assert stats["runner"] == runner and stats["steps"] > 0
     assert stats["fallback_requests"] == stats["fallback_steps"] == 0
+    assert (stats["checked_steps"] == stats["steps"]) if mode == "check" else stats["checked_steps"] == 0
 
 
 def test_check_mode_catches_a_wrong_state(
@@ -274,3 +280,30 @@ def test_disable_hands_live_requests_to_vllms_state(
         read = [state.read_prefill_positions(request.index, request.prefill_len) for state in driver.states]
         assert torch.equal(read[0].long(), read[1].long())
     driver.step([1] * len(driver.running))
+
+
+def test_a_runner_whose_code_differs_is_left_to_vllm_and_the_other_served(
+    enabled: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM 0.34 with Model Runner V2's step kernel changed (its digest): ``enable()`` patches the CPU
+    runner's model-state module only, and the warning names the changed target."""
+    import importlib
+    import logging
+
+    from mrope.integrations.vllm import audit, models
+
+    changed = "vllm.v1.worker.gpu.mm.rope:_prepare_rope_positions_kernel"
+    installed = dict(audit.AUDITED["0.34.0"], **{changed: "0" * 64})
+    monkeypatch.setattr(models, "installed_digests", lambda targets: {t: installed[t] for t in targets})
+    models.runner_verdicts.cache_clear()
+    gpu, cpu = (importlib.import_module(v2.MODEL_STATE_MODULES[r]) for r in ("v2", "v2-cpu"))
+    vllm_gpu, vllm_cpu = gpu.get_rope_state, cpu.get_rope_state
+    try:
+        with caplog.at_level(logging.WARNING, logger="mrope.integrations.vllm"):
+            plugin.enable()
+        assert gpu.get_rope_state is vllm_gpu and cpu.get_rope_state is not vllm_cpu
+        assert changed in caplog.text and "Model Runner V2 (GPU)" in caplog.text
+    finally:
+        plugin.disable()
+        models.runner_verdicts.cache_clear()
+    assert cpu.get_rope_state is vllm_cpu
