@@ -352,6 +352,44 @@ for path in sys.argv[1:]:
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_huge_video_times_draw_in_memory_bounded_by_tokens(tmp_path: Path, matplotlib_image) -> None:
+    """A prompt of 16 tokens whose video's time reaches 1.9e9 (a large second_per_grid_ts) draws in a
+    child process limited to 2 GiB of address space: nothing is sized by the largest position (an arange
+    of it took 14 GiB)."""
+    pytest.importorskip("resource")
+    import subprocess
+
+    spec = {
+        **QWEN2_5_VL,
+        "settings": {**QWEN2_5_VL["settings"], "tokens_per_second": 2},
+        "prompt": [{"text": 3}, {"video": [2, 2, 4], "second_per_grid_ts": 1.75 * 2**29}, {"text": 4}],
+    }
+    path, out = write(tmp_path, spec), tmp_path / "huge.png"
+    child = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({2 << 30}, {2 << 30}))
+from mrope.cli import main
+sys.exit(main(["show", sys.argv[1], "--out", sys.argv[2], "--compare"]))
+"""
+    src = Path(mrope.__file__).resolve().parents[1]
+    env = {
+        "PYTHONPATH": str(src),
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "PATH": "",
+        "MPLBACKEND": "Agg",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(path), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    check_picture(out, matplotlib_image)
+
+
 def test_the_bound_is_exact(tmp_path: Path) -> None:
     """A prompt of MAX_TOKENS tokens is laid out, one more token is refused (the size counted from the
     parts is the length of the ids laid out); show() refuses longer ids before computing positions."""

@@ -134,3 +134,87 @@ def test_the_plane_cache_is_bounded_in_bytes():
 
     kept = _kept_after(call)
     assert kept <= arrays.budget + (4 << 20), f"{kept} bytes kept after the calls"
+
+
+# -- memory and time bounded by tokens, never by the largest position ----------------------------------
+# A video of a large second_per_grid_ts puts positions near 2**31 at a few tokens; a render that sized
+# anything by the largest position (an arange of length + delta) took 15 GiB for 18 tokens.
+#: the intervals (time steps per frame) of those videos: every multi-frame block reaches past 2**18
+HUGE_INTERVALS = st.floats(2.0**18, 2.0**22, width=32)
+#: the dict config of a Qwen2.5-VL (no transformers needed)
+QWEN2_5_VL = {
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_config": {"tokens_per_second": 2, "spatial_merge_size": 2},
+}
+
+
+def _peak_of(call):
+    """``call()``'s result and the most bytes it held at once beyond what was allocated before it (as
+    tracemalloc counts numpy's)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def _token_bound(tokens: int) -> int:
+    """Bytes a render of ``tokens`` tokens may hold at once: a few rows of int64 per token (the output,
+    one arange, a run's temporary, the cached planes and frame times) and a constant for Python's own."""
+    return 256 * (tokens + 1) + (64 << 10)
+
+
+@compats
+@given(stream=one_rows, data=st.data())
+def test_huge_video_times_cost_tokens_not_positions(compat, stream, data):
+    from hypothesis import assume
+
+    assume((stream.blocks.frames > 1).any())  # a block whose frames reach far: delta past 2**18
+    intervals = [data.draw(HUGE_INTERVALS, label="interval") for _ in range(stream.blocks.start.size)]
+    blocks = dataclasses.replace(stream.blocks, interval=np.array(intervals, dtype=np.float32))
+    stream = dataclasses.replace(stream, blocks=blocks)
+    context = f"compat={compat}: {stream.describe()}"
+    expected, expected_delta = _vectorized(stream, compat)
+    (positions, delta), peak = _peak_of(lambda: render_one_row(block_rows(blocks), stream.length, compat))
+    np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
+    assert delta == expected_delta, f"delta {delta} != {expected_delta}: {context}"
+    assert peak <= _token_bound(stream.length), f"{peak} bytes for {stream.length} tokens: {context}"
+
+
+@pytest.mark.parametrize("compat", ["vllm", "transformers"])
+def test_positions_near_2_31_through_every_one_prompt_call(compat):
+    # 16 tokens, the video's last frame at ~1.9e9: positions, items, get_rope_index of one row, a table
+    import mrope
+    from mrope.families import PromptItem
+
+    family = from_config(QWEN2_5_VL, compat=compat)
+    seconds = 1.75 * 2**29  # (exact in float32) frame 1 at time index 2 * seconds = 1.75 * 2**30
+    start, video, image = 151652, family.video_token_id, family.image_token_id
+    ids = [1, 2, 3, start, *[video] * 4, 4, 5, 6, 7, start, image, 8, 9]
+    inputs = {"video_grid_thw": [[2, 2, 4]], "image_grid_thw": [[1, 2, 2]], "second_per_grid_ts": [seconds]}
+    items = [PromptItem("video", 4, (2, 2, 4), seconds), PromptItem("image", 13, (1, 2, 2))]
+    (positions, delta), peak = _peak_of(lambda: family.positions(ids, **inputs))
+    assert positions.max() + 1 - len(ids) == delta and delta > 2**30, (positions, delta)
+    table, _ = family.segments(ids, **inputs)
+    np.testing.assert_array_equal(render_all(table), positions, strict=True)
+    calls = {
+        "items": lambda: family.positions(ids, items=items),
+        "get_rope_index": lambda: mrope.get_rope_index(family, np.array([ids]), **inputs),
+    }
+    for name, call in calls.items():
+        (got, got_delta), got_peak = _peak_of(call)
+        np.testing.assert_array_equal(np.asarray(got).reshape(3, -1), positions, err_msg=name, strict=True)
+        assert int(np.asarray(got_delta).reshape(-1)[0]) == delta, name
+        peak = max(peak, got_peak)
+    serving = mrope.PositionTable(max_requests=2)
+    serving.add(0, family, ids, **inputs)
+    out = np.zeros((3, len(ids) + 3), dtype=np.int64)
+    serving.fill(out, np.array([0]), np.array([0]), np.array([len(ids) + 3]))
+    np.testing.assert_array_equal(out[:, : len(ids)], positions, strict=True)
+    assert (out[:, len(ids) :] == np.arange(len(ids), len(ids) + 3) + delta).all()
+    assert peak <= _token_bound(len(ids)) + (1 << 20), f"{peak} bytes held for {len(ids)} tokens"

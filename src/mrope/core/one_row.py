@@ -23,6 +23,9 @@ from .segments import FIELDS, ORIGIN, START, T0, WIDTH, SegmentTable, render_off
 from .workspace import arrays, workspace
 
 FEW_BLOCKS = 8  # up to this many blocks the one-row pass beats the vectorized pipeline
+#: :func:`render_one_row` copies text runs from one arange of ``length + delta`` entries while that is at
+#: most this many times the prompt's tokens (memory O(tokens)); past it, each run is computed on its own
+_NEAR = 2
 
 
 def block_rows(blocks: Blocks) -> list[BlockRow]:
@@ -77,12 +80,17 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
     placed, shift, delta = place_rows(rows, length, compat)
     out = np.empty((3, length), dtype=np.int64)
     # a text run at base b is the formula's b + o on all rows: copied from one cached arange (a copy
-    # costs less than adding a scalar); no position reaches length + delta
-    arange = workspace.range(length + delta)
+    # costs less than adding a scalar) where positions stay near the indices (no position reaches
+    # length + delta); where they reach far past them (a video of a large second_per_grid_ts: delta up
+    # to 2**31 for a few tokens) that arange would be O(largest position), so each run adds its first
+    # position to an arange of its tokens instead: memory and time O(tokens) either way
+    near = length + delta <= _NEAR * length
+    arange = workspace.range(length + delta if near else length)
     cursor = 0
     for start, end, base, frames, height, width, t in placed:
         if start > cursor:
-            out[:, cursor:start] = arange[cursor + base - start : base]
+            first = cursor + base - start
+            out[:, cursor:start] = arange[first:base] if near else arange[: start - cursor] + first
         if t is None:  # (an add into a temporary and a copy cost less than an add into the strided view)
             out[:, start:end] = _plane(height, width) + base
         else:  # out is C-contiguous: these reshapes are views
@@ -91,7 +99,8 @@ def render_one_row(rows: Sequence[BlockRow], length: int, compat: str) -> tuple[
             np.add(_plane(height, width)[1:, None], base, out=out[1:, start:end].reshape(2, *grid))
         cursor = end
     if length > cursor:
-        out[:, cursor:length] = arange[cursor + shift : length + shift]
+        first = cursor + shift
+        out[:, cursor:length] = arange[first : length + shift] if near else arange[: length - cursor] + first
     return out, delta
 
 
