@@ -96,3 +96,130 @@ def test_a_cached_entry_loads_in_the_next_process_and_not_after_its_constant_cha
     assert run() == [4, 1, 0]  # loaded
     (package / "consts.py").write_text("K = 4\n")
     assert run() == [5, 0, 1]  # a new key: compiled again, not the stale entry
+
+
+# -- a read-only install, numba's JIT disabled ---------------------------------------------------------
+#: the child: a table (a request added, a step filled) and a batch long enough for the compiled render,
+#: written to the folder it is given, with what ran
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    import mrope
+    from mrope._errors import MRopeError
+    from mrope.core.render import COMPILED_FROM, compiled_render
+
+    family = mrope.from_config(json.loads(sys.argv[2]))
+    ids = [1, 2, 151652, 151655, 3, 4]  # a vision start and one image placeholder
+    table = mrope.PositionTable(max_requests=2)
+    table.add(0, family, ids, image_grid_thw=[[1, 2, 2]])
+    step = np.zeros((3, len(ids) + 2), dtype=np.int64)
+    table.fill(step, np.array([0]), np.array([0]), np.array([len(ids) + 2]))
+    batch = np.array([ids + list(range(5, 5 + COMPILED_FROM))] * 2)
+    positions, deltas = mrope.get_rope_index(family, batch, image_grid_thw=[[1, 2, 2]] * 2)
+    try:
+        mrope.PositionTable(1, backend="numba")
+        numba_backend = "accepted"
+    except MRopeError as error:
+        numba_backend = str(error)
+    out = Path(sys.argv[1])
+    np.savez(out / "result.npz", step=step, positions=positions, deltas=deltas)
+    facts = {
+        "file": mrope.__file__,
+        "backend": table.backend,
+        "compiled_render": compiled_render() is not None,
+        "numba_backend": numba_backend,
+    }
+    (out / "facts.json").write_text(json.dumps(facts))
+    """
+)
+QWEN2_5_VL = {
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_config": {"tokens_per_second": 2, "spatial_merge_size": 2},
+}
+
+
+def _read_only_copy(root: Path) -> Path:
+    """A copy of the mrope under test that nobody, root included, can cache into: every package folder's
+    ``__pycache__`` a regular file (numba's in-tree cache cannot be created under it, whoever runs) and
+    the tree made read-only; returns the folder to put first on ``PYTHONPATH``."""
+    import shutil
+
+    site = root / "site"
+    shutil.copytree(Path(SRC) / "mrope", site / "mrope", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in [site / "mrope", *(site / "mrope").rglob("*")]:
+        if folder.is_dir():
+            (folder / "__pycache__").write_text("")
+    for path in [site, *site.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    return site
+
+
+@pytest.mark.parametrize("disable_jit", [False, True], ids=["read-only install", "NUMBA_DISABLE_JIT=1"])
+def test_a_read_only_install_runs_and_says_so_once(tmp_path: Path, disable_jit: bool) -> None:
+    """The package on a read-only copy, ``HOME`` a regular file (numba's user-wide cache cannot be made
+    under it), no ``NUMBA_CACHE_DIR``: a table adds a request and fills a step, and ``get_rope_index``
+    renders a batch through the compiled render (numba compiles without its cache), the positions those
+    of this process, and one line of log says so. With ``NUMBA_DISABLE_JIT=1``, the same through the
+    numpy paths (``backend='numba'`` refused by name), one line saying so."""
+    import json
+
+    site = _read_only_copy(tmp_path)
+    home = tmp_path / "home"
+    home.write_text("")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "MROPE_", "XDG_", "PYTHONPATH"))
+    }
+    env.update(HOME=str(home), PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    if disable_jit:
+        env["NUMBA_DISABLE_JIT"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(out), json.dumps(QWEN2_5_VL)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads((out / "facts.json").read_text())
+    assert Path(facts["file"]).is_relative_to(site), facts
+    lines = done.stderr.splitlines()
+    if disable_jit:
+        assert facts["backend"] == "numpy" and not facts["compiled_render"], facts
+        assert "needs numba's compiler: numba's JIT is disabled" in facts["numba_backend"], facts
+        assert lines == [
+            "mrope: numba's JIT is disabled (NUMBA_DISABLE_JIT=1): mrope runs its numpy paths, not its "
+            "compiled ones"
+        ], done.stderr
+    else:
+        assert facts["backend"] == "numba" and facts["compiled_render"], facts
+        assert facts["numba_backend"] == "accepted", facts
+        assert len(lines) == 1 and lines[0].startswith("mrope: numba finds no writable directory"), (
+            done.stderr
+        )
+    assert all(p.is_file() for p in site.rglob("__pycache__")), "a cache folder was made in the copy"
+
+    # the same positions as this process computes
+    import numpy as np
+
+    import mrope
+
+    family = mrope.from_config(QWEN2_5_VL)
+    result = np.load(out / "result.npz")
+    ids = [1, 2, 151652, 151655, 3, 4]
+    expected, delta = family.positions(ids, image_grid_thw=[[1, 2, 2]])
+    np.testing.assert_array_equal(result["step"][:, : len(ids)], expected, strict=True)
+    decode = np.arange(len(ids), len(ids) + 2) + delta
+    np.testing.assert_array_equal(result["step"][:, len(ids) :], np.stack([decode] * 3), strict=True)
+    batch = np.asarray(result["positions"])
+    rows = [ids + list(range(5, 5 + batch.shape[2] - len(ids)))] * 2
+    positions, deltas = mrope.get_rope_index(family, np.array(rows), image_grid_thw=[[1, 2, 2]] * 2)
+    np.testing.assert_array_equal(batch, positions, strict=True)
+    np.testing.assert_array_equal(result["deltas"], deltas, strict=True)

@@ -6,6 +6,7 @@ torch is imported only when a caller already passed a torch tensor (it is then i
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from typing import Any
@@ -20,6 +21,20 @@ NUMBA_ENV = "MROPE_NUMBA"
 #: the values of an environment variable that mean "off" (``MROPE_NUMBA``, ``MROPE_VLLM``)
 OFF_VALUES = ("0", "false", "off", "no")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: mrope's logger (the integrations log to its children, ``mrope.integrations.*``)
+logger = logging.getLogger("mrope")
+#: the keys of the notes :func:`note_once` has logged in this process
+_noted: set[str] = set()
+
+
+def note_once(key: str, message: str) -> None:
+    """Log ``message`` as a warning of the ``mrope`` logger the first time ``key`` is noted in this
+    process: a fallback that every later call takes too (a compiled path not compiled, numba's cache
+    not kept) is said once, not per call. Kept here, in a module that always imports, so that a module
+    whose import fails and is tried again does not say it again."""
+    if key not in _noted:
+        _noted.add(key)
+        logger.warning(message)
 
 
 #: the values of an integration's environment variable (``MROPE_VLLM``, ``MROPE_SGLANG``) that mean "on"

@@ -8,6 +8,13 @@ function's ``__qualname__``, which numba's index and data file names carry) afte
 numba dispatchers too) and the values of the globals they read. A change anywhere makes a new entry;
 the same code finds the same entry in every process. Entries of older digests stay beside (small).
 
+Where numba cannot keep its cache (no writable directory for it: a read-only install whose ``HOME``
+is not writable either, where ``cache=True`` raises "no locator available"), :func:`cached_njit`
+compiles without a cache and says so once in a log (:func:`mrope._backends.note_once`). Where numba's
+JIT is disabled (``NUMBA_DISABLE_JIT=1``, numba's debugging switch: ``njit`` then returns the Python
+function, which neither compiles nor runs at a compiled speed), this module raises ``ImportError``, as
+where numba is missing, and says so once: mrope runs its numpy paths.
+
 Imported only by the modules that compile (numba is optional): :mod:`mrope.core.compiled`,
 :mod:`mrope.serving._compiled`.
 """
@@ -24,6 +31,16 @@ from typing import Any
 import numba
 import numpy as np
 
+from ._backends import note_once
+
+if numba.config.DISABLE_JIT:
+    note_once(
+        "numba-jit",
+        "mrope: numba's JIT is disabled (NUMBA_DISABLE_JIT=1): mrope runs its numpy paths, not its "
+        "compiled ones",
+    )
+    raise ImportError("numba's JIT is disabled (NUMBA_DISABLE_JIT=1): mrope's compiled paths are off")
+
 #: hex digits of the digest in a cache entry's name
 DIGEST_CHARS = 16
 _SCALARS = (bool, int, float, complex, str, bytes, slice, type(None), np.generic)
@@ -39,13 +56,28 @@ def compiled_digest(py_func: types.FunctionType) -> str:
 
 def cached_njit(**options: Any) -> Callable[[types.FunctionType], Any]:
     """``numba.njit(cache=True, **options)``, its cache entry named ``<qualname>_<compiled_digest>``, so a
-    changed constant or callee compiles anew instead of loading stale code."""
+    changed constant or callee compiles anew instead of loading stale code. Where numba finds no
+    directory it can write its cache to, ``numba.njit(**options)``: compiled in each process, said once
+    in a log."""
 
     def decorate(py_func: types.FunctionType) -> Any:
         py_func.__qualname__ = f"{py_func.__qualname__}_{compiled_digest(py_func)}"
-        return numba.njit(cache=True, **options)(py_func)
+        try:
+            return numba.njit(cache=True, **options)(py_func)
+        except RuntimeError as error:  # "cannot cache function ...: no locator available for file ..."
+            if "no locator available" not in str(error):
+                raise
+            note_once("numba-cache", _NO_CACHE)
+            return numba.njit(**options)(py_func)
 
     return decorate
+
+
+_NO_CACHE = (
+    "mrope: numba finds no writable directory for its cache (the package's __pycache__ and the user's "
+    "cache directory: a read-only install, HOME not writable): mrope compiles its numba code in each "
+    "process instead of loading it from disk; set NUMBA_CACHE_DIR to a writable directory to keep it"
+)
 
 
 def _describe_function(func: types.FunctionType, parts: list[str], seen: set[int]) -> None:

@@ -69,9 +69,10 @@ def compiled_step(backend: str, floats: bool) -> Any:
         )
     try:
         from ._compiled import step_for
-    except ImportError as err:  # numba missing, or not built for this numpy
+    except ImportError as err:  # numba missing, not built for this numpy, or its JIT disabled
         if backend == "numba":
-            raise MRopeError(f"backend='numba' needs numba (pip install numba): {err}") from None
+            hint = " (pip install numba)" if isinstance(err, ModuleNotFoundError) else ""
+            raise MRopeError(f"backend='numba' needs numba's compiler{hint}: {err}") from None
         return None
     return step_for
 
