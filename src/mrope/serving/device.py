@@ -66,7 +66,9 @@ class DeviceTable:
     it through :meth:`PositionTable.fill` and :meth:`PositionTable.decode`.
     """
 
-    def __init__(self, state: SlotState, device: Any) -> None:
+    def __init__(self, state: SlotState, device: Any, columns: int = 0) -> None:
+        """The mirror of ``state`` on ``device``, its step scratch of ``columns`` columns (a loaded
+        table's reserved columns: :mod:`._snapshot`)."""
         try:
             self.device = torch.device(device)
         except (RuntimeError, TypeError) as err:
@@ -87,7 +89,7 @@ class DeviceTable:
         self.delta = None if state.deltas is None else torch.from_numpy(state.deltas).to(self.device)
         self.errors = torch.zeros((), dtype=_DTYPE, device=self.device)
         self.zero = torch.zeros((), dtype=_DTYPE, device=self.device)
-        self.ramp = torch.arange(0, dtype=_DTYPE, device=self.device)
+        self.ramp = torch.arange(columns, dtype=_DTYPE, device=self.device)
 
     def check_device(self, device: Any) -> None:
         if device is not None and not _same_device(torch.device(device), self.device):

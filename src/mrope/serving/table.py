@@ -46,6 +46,7 @@ from ._numpy_step import NumpyStep
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._rows import check_rows_out, write_index_rows
 from ._segments import from_positions, nonempty, positions_input
+from ._snapshot import restore, snapshot
 from ._state import PLEN, SlotState
 
 _INT64_MAX = (1 << 63) - 1
@@ -129,6 +130,11 @@ class PositionTable:
     A table may be shared by threads: every call holds the table's lock (a fraction of a microsecond),
     so calls from several threads run one at a time and each sees the table between calls.
 
+    A table pickles (a data loader's worker processes pickle what they hold), and ``copy.copy`` and
+    ``copy.deepcopy`` make an independent table: the same requests, nothing shared (a shallow copy that
+    shared the pool would let each table's :meth:`add` overwrite the other's requests). The compiled
+    steps and a device mirror are made anew where the table is loaded (:mod:`._snapshot`).
+
     Examples
     --------
     >>> table = PositionTable(256)
@@ -202,10 +208,29 @@ class PositionTable:
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
         self.backend = "numpy" if self._kernel is None else "numba"
+        self._backend_asked = backend
         self._device_name = device
         self._device = None  # the torch mirror, see mrope.serving.device
+        self._device_columns = 0  # the step columns a new mirror reserves (a loaded table's, else 0)
         if not (isinstance(device, str) and device == "cpu"):
             self._device_state()
+
+    # -- pickle and copy (see _snapshot) ----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return snapshot(self)
+
+    def __setstate__(self, values: dict[str, Any]) -> None:
+        restore(self, values)
+
+    def __copy__(self) -> PositionTable:
+        """An independent table (as :meth:`__deepcopy__`): a copy sharing the pool would corrupt both."""
+        return self.__deepcopy__({})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PositionTable:
+        copied = type(self).__new__(type(self))
+        restore(copied, snapshot(self))  # the snapshot's arrays are copies already
+        memo[id(self)] = copied
+        return copied
 
     # -- queries ----------------------------------------------------------------------------------
     def __contains__(self, slot: int) -> bool:
@@ -601,7 +626,9 @@ class PositionTable:
             except ImportError as err:
                 what = why or f"device={self._device_name!r} asks for the device path, which"
                 raise MRopeError(f"{what} needs torch (pip install 'mrope[torch]'): {err}") from None
-            mirror = DeviceTable(self._state, self._device_name if device is None else device)
+            mirror = DeviceTable(
+                self._state, self._device_name if device is None else device, self._device_columns
+            )
             if mirror.device.type == "meta":
                 raise MRopeError(
                     "the meta device holds no values (shapes only): the device path needs a device that "
