@@ -702,6 +702,29 @@ def test_mrope_numba_reads_off_as_mrope_vllm_does(numba_env, value, allowed):
         assert PositionTable(1).backend == "numpy"
 
 
+@pytest.mark.parametrize("value", ["maybe", "2", "of", "numba", " enable "])
+def test_mrope_numba_refuses_what_is_neither_on_nor_off(numba_env, value):
+    """``MROPE_NUMBA=maybe`` counted silently as on: any value but the off and on words (or unset) is
+    refused by name where mrope chooses a path (a table's step, a long render, the items' scan), and
+    again at the next such call while it is set; a valid value then serves."""
+    from mrope._backends import numba_allowed
+    from mrope.serving import PositionTable
+
+    numba_env(value)
+    message = rf"MROPE_NUMBA={value!r} is neither off \(0, false, off, no: mrope keeps numpy\) nor on"
+    family = mrope.from_config(_QWEN2_VL)
+    for call in (
+        numba_allowed,
+        lambda: PositionTable(1),
+        lambda: mrope.get_rope_index(family, np.ones((2, 4096), dtype=np.int64)),
+        lambda: numba_allowed(),  # not remembered as on or off
+    ):
+        with pytest.raises(MRopeError, match=message):
+            call()
+    numba_env("off")
+    assert PositionTable(1).backend == "numpy"
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
 def test_nested_tensors_are_refused():
     """They raised RuntimeError ("NestedTensorImpl doesn't support sizes")."""

@@ -50,13 +50,28 @@ def env_mode(name: str) -> str | None:
     return "mrope" if value in ON_VALUES else value
 
 
+#: the values of ``MROPE_NUMBA`` that mean "on" (as does unset or empty)
+NUMBA_ON_VALUES = ("1", "true", "on", "yes")
+
+
 @functools.cache
 def numba_allowed() -> bool:
-    """Whether mrope may use its compiled paths where numba imports (unless ``MROPE_NUMBA`` is ``0``,
-    ``false``, ``off`` or ``no``). Read once per process, when mrope first chooses a path: reading the
-    environment costs some 10 us in a cold cache, more than a short call's whole work (an engine's
-    prompt); :func:`read_numba_env_again` reads it again."""
-    return os.environ.get(NUMBA_ENV, "").strip().lower() not in OFF_VALUES
+    """Whether mrope may use its compiled paths where numba imports: ``MROPE_NUMBA`` unset, empty, ``1``,
+    ``true``, ``on`` or ``yes`` (in any case); not where it is ``0``, ``false``, ``off`` or ``no``. Any
+    other value (``maybe``, a typo) raises :class:`MRopeError` naming it, at every call that chooses a
+    path, rather than count silently as one or the other. Read once per process, when mrope first
+    chooses a path: reading the environment costs some 10 us in a cold cache, more than a short call's
+    whole work (an engine's prompt); :func:`read_numba_env_again` reads it again."""
+    given = os.environ.get(NUMBA_ENV, "")
+    value = given.strip().lower()
+    if value in OFF_VALUES:
+        return False
+    if value in ("", *NUMBA_ON_VALUES):
+        return True
+    raise MRopeError(
+        f"{NUMBA_ENV}={given!r} is neither off ({', '.join(OFF_VALUES)}: mrope keeps numpy) nor on "
+        f"({', '.join(NUMBA_ON_VALUES)}, or unset: mrope compiles with numba where it imports)"
+    )
 
 
 def read_numba_env_again() -> None:
@@ -133,6 +148,12 @@ def to_numpy(x: Any, *, name: str, dtype: Any = None) -> np.ndarray:
     return arr
 
 
+def dtype_name(x: Any, arr: np.ndarray) -> str:
+    """The dtype ``x`` was given in, for messages: a torch tensor's own (``bfloat16``, which
+    :func:`to_numpy` reads as float32), else that of ``arr``, its numpy form."""
+    return str(x.dtype).removeprefix("torch.") if is_torch_tensor(x) else str(arr.dtype)
+
+
 def _torch_values(x: Any, name: str) -> np.ndarray:
     """The values of a tensor that ``numpy()`` cannot view: on a device, with grad, or of a dtype numpy
     lacks (bfloat16, float8: converted to float32, which holds each of their values exactly)."""
@@ -201,7 +222,7 @@ def refuse_non_integers(arr: np.ndarray, x: Any, name: str) -> None:
                 raise MRopeError(
                     f"{name}{where} = {values[beyond]} does not fit in int64 (the integers mrope reads)"
                 )
-    raise MRopeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    raise MRopeError(f"{name} must hold integers, got dtype {dtype_name(x, arr)}")
 
 
 def check_int64_range(arr: np.ndarray, name: str) -> None:

@@ -140,8 +140,9 @@ def test_config_reading_names_missing_fields():
         match="needs the setting 'num_dims' \\(not found in text_config.rope_parameters.mrope_section",
     ):
         mrope.from_config({**config, "text_config": {}})
-    with pytest.raises(MRopeError, match="num_dims .* must be at least 3, got 2"):
-        mrope.from_config({**config, "text_config": {"rope_parameters": {"mrope_section": [32, 32]}}})
+    for section, got in (([32, 32], 2), ([1] * 129, 129)):  # rows of positions: 3 to MAX_NUM_DIMS (128)
+        with pytest.raises(MRopeError, match=f"num_dims .* must be an int from 3 to 128 .*, got {got}"):
+            mrope.from_config({**config, "text_config": {"rope_parameters": {"mrope_section": section}}})
     with pytest.raises(MRopeError, match="hunyuan_vl needs the setting 'image_token_id'"):
         mrope.from_config({k: v for k, v in config.items() if k != "image_token_id"})
     with pytest.raises(MRopeError, match="hunyuan_vl needs the setting 'spatial_merge_size'"):

@@ -197,6 +197,37 @@ def test_malformed_items_are_named(item, message):
         family_of("qwen3_vl").positions(prompt.input_ids, items=bad)  # (the array path's check too)
 
 
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])  # a rule on items, and the array path
+def test_items_of_any_iterable_and_others_named(name):
+    """A generator, an iterator or a tuple gives what the list gives (a generator raised a bare
+    TypeError); what is no sequence of items in order (an int, a string, a mapping, a set) is named."""
+    family = family_of(name)
+    seconds = [0.5] if family.uses_second_per_grid_ts else None
+    prompt = build_prompt(family, [text(2), Image(2, 2), text(1), Video(2, 1, 2), text(1)], seconds)
+    items = items_of(family, prompt)
+    expected = family.positions(prompt.input_ids, items=items)
+    for kind in (iter, lambda items: (item for item in items), tuple):
+        for call in (
+            lambda kind=kind: family.positions(prompt.input_ids, items=kind(items)),
+            lambda kind=kind: family.segments(prompt.input_ids, items=kind(items)),
+        ):
+            got = call()
+            np.testing.assert_array_equal(
+                got[0] if isinstance(got[0], np.ndarray) else mrope.core.render_all(got[0]), expected[0]
+            )
+            assert got[1] == expected[1]
+    table = PositionTable(1)
+    table.add(0, family, prompt.input_ids, items=(item for item in items))
+    assert_table_row(table, 0, *expected, name)
+    message = r"items must be a list of PromptItem\(modality, offset, grid, seconds\) in prompt order, got "
+    for bad, kind in ((5, "int 5"), ("ab", "str 'ab'"), ({"a": 1}, "dict"), ({1, 2}, "set")):
+        with pytest.raises(MRopeError, match=message + kind):
+            family.positions(prompt.input_ids, items=bad)
+        with pytest.raises(MRopeError, match=message + kind):
+            table.add(0, family, prompt.input_ids, items=bad, replace=True)
+        assert_table_row(table, 0, *expected, f"{name}: a refused replacement leaves the request")
+
+
 def test_items_take_numpy_and_tensor_values():
     family, prompt, items = _qwen2_5_prompt()
     expected = family.positions(prompt.input_ids, items=items)

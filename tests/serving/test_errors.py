@@ -352,6 +352,41 @@ def test_add_positions_bounds(table: PositionTable) -> None:
     table.add_positions(1, positions, delta + 5)  # a gap after the prompt does not collide
 
 
+def test_add_positions_errors_name_what_was_given(table: PositionTable) -> None:
+    """A bfloat16 or float16 tensor is named as such (read as float32, it was called float32), and a
+    bound passed by positions given is blamed on them, not on grids and seconds that were never given."""
+    positions, delta = family("qwen2_vl").positions(
+        text(3) + [151655] * 4 + text(2), image_grid_thw=[[1, 4, 4]]
+    )
+    for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"), (torch.float32, "float32")):
+        tensor = torch.from_numpy(positions).to(dtype)
+        unchanged(
+            table, lambda t=tensor: table.add_positions(1, t, delta), f"positions are {name}: an int64 table"
+        )
+    unchanged(
+        table,
+        lambda: table.add_positions(1, torch.from_numpy(positions).bool(), delta),
+        "must hold integers, got dtype bool",
+    )
+    with pytest.raises(MRopeError, match="image_grid_thw must hold integers, got dtype bfloat16"):
+        table.add(1, family("qwen2_vl"), text(3), image_grid_thw=torch.ones((1, 3), dtype=torch.bfloat16))
+    far = positions + 1000  # past max_position 1000, the table's
+    unchanged(
+        table,
+        lambda: table.add_positions(1, far, delta + 1000),
+        rf"slot 1: the positions given reach {far.max()} \(their largest, or the last index \+ delta\), "
+        "beyond max_position 1000",
+    )
+    q25 = family("qwen2_5_vl")
+    p = build_prompt(q25, [text(2), Video(4, 2, 2), text(2)], [1e6])
+    unchanged(
+        table,
+        lambda: table.add(1, q25, p.input_ids, **p.kwargs()),
+        r"the prompt reaches position \d+ \(its positions follow from its tokens, its items' grids and "
+        r"second_per_grid_ts\), beyond max_position 1000",
+    )
+
+
 BAD_SLOTS = [2.5, "a", True, None, np.float64(1.0)]
 
 
@@ -396,6 +431,11 @@ def test_add_needs_a_family(table: PositionTable) -> None:
         ({"max_position": 10.0}, "max_position"),
         ({"max_position": 0}, "max_position"),
         ({"device": "no-such-device"}, "not a torch device"),
+        ({"num_dims": 2**40}, r"num_dims must be an int from 3 to 128 .*, got 1099511627776"),
+        ({"num_dims": 129}, "num_dims must be an int from 3 to 128"),
+        ({"num_dims": 2}, "num_dims must be an int from 3 to 128"),
+        ({"num_dims": True}, "num_dims must be an int from 3 to 128"),
+        ({"num_dims": 4.0}, "num_dims must be an int from 3 to 128"),
     ],
 )
 def test_constructor_refuses(kwargs: dict, match: str) -> None:

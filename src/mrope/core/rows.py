@@ -14,6 +14,27 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import MRopeError
+
+#: the most rows of positions a family gives and a table holds: one per ``mrope_section`` entry, each
+#: at least one frequency pair of a head, so 128 covers heads of up to 256 dimensions; models have 3
+#: (HunYuan-VL's checkpoints 4). A larger count is a mistake (a table would take it, then refuse every
+#: ``out``), refused where it is given
+MAX_NUM_DIMS = 128
+
+
+def check_num_dims(num_dims: Any, what: str) -> int:
+    """``num_dims`` as an int, refused (:class:`MRopeError` naming ``what``, e.g. ``"num_dims"``) unless it
+    is an int (not a bool) in ``[3, MAX_NUM_DIMS]``: the three rendered rows, index rows in front."""
+    is_int = isinstance(num_dims, (int, np.integer)) and not isinstance(num_dims, (bool, np.bool_))
+    if is_int and 3 <= num_dims <= MAX_NUM_DIMS:
+        return int(num_dims)
+    raise MRopeError(
+        f"{what} must be an int from 3 to {MAX_NUM_DIMS} (rows of positions: t, h, w and index rows in "
+        f"front; models have 3 or 4), got {num_dims!r}"
+    )
+
+
 #: the names of the rendered rows, in the segment model's order
 RENDERED = ("t", "h", "w")
 

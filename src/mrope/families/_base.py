@@ -40,7 +40,16 @@ from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from ..core.rows import PLAIN_ROWS, SegmentRows
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
-from .inputs import ArrayLike, PromptItem, RequestInputs, Seconds, SplitItems, items_as_inputs, split_items
+from .inputs import (
+    ArrayLike,
+    PromptItem,
+    RequestInputs,
+    Seconds,
+    SplitItems,
+    item_list,
+    items_as_inputs,
+    split_items,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -342,6 +351,8 @@ class Family:
             )
         if type(input_ids) is not list:
             input_ids = to_int_array(input_ids, name="input_ids", ndim=1)
+        if type(items) is not list:
+            items = item_list(items)  # (a generator read once: split_items reads the list)
         if self.rule_on_items and len(items) <= FEW_BLOCKS:
             return self.item_rows(input_ids, split_items(items)), len(input_ids)
         return self.request_inputs(input_ids, **items_as_inputs(items))

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._errors import MRopeError
 from ..core import ItemBlocks, SegmentBuilder, SegmentRows
+from ..core.rows import check_num_dims
 from ._base import Family
 from ._grids import check_newline_tokens, newline_tokens
 from .inputs import RequestInputs, Seconds
@@ -54,10 +55,7 @@ class HunYuanVL(Family):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.num_dims < 3:
-            raise MRopeError(
-                f"{self.model_type}: num_dims (len(mrope_section)) must be at least 3, got {self.num_dims}"
-            )
+        check_num_dims(self.num_dims, f"{self.model_type}: num_dims (len(mrope_section))")
         self._segment_rows = SegmentRows(self.num_dims - 3, reverse=True)
 
     @classmethod

@@ -8,6 +8,7 @@ arrays from it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -117,6 +118,23 @@ class SplitItems(NamedTuple):
     image_offsets: list[int]
     video_offsets: list[int]
     seconds: list[float] | None  # each video's seconds (1.0 where a video has none); None: no video has
+
+
+def item_list(items: Any) -> list[Any] | tuple[Any, ...]:
+    """``items`` as a list or tuple, in the order given: a list or tuple as it is, another iterable (a
+    generator, an iterator, a deque) read into a list once; a string, bytes, a mapping, a set (no order)
+    or what is not iterable is refused by name."""
+    if type(items) is list or type(items) is tuple:
+        return items
+    if not isinstance(items, (str, bytes, Mapping, Set)):
+        try:
+            return list(items)
+        except TypeError:
+            pass
+    raise MRopeError(
+        f"items must be a list of PromptItem(modality, offset, grid, seconds) in prompt order, got "
+        f"{type(items).__name__} {items!r:.80}"
+    )
 
 
 def split_items(items: Any) -> SplitItems:

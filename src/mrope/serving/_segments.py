@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import to_numpy
+from .._backends import dtype_name, to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
 from ..core.recover import segments_of
@@ -65,11 +65,11 @@ def positions_input(
         )
     if pos.dtype.kind == "f" and not floats:
         raise MRopeError(
-            f"positions are {pos.dtype}: an int64 table takes integer positions; float32 positions "
-            "(Qwen3-Omni) need a float32 table, PositionTable(..., dtype=np.float32)"
+            f"positions are {dtype_name(positions, pos)}: an int64 table takes integer positions; "
+            "float32 positions (Qwen3-Omni) need a float32 table, PositionTable(..., dtype=np.float32)"
         )
     if pos.dtype.kind not in "iuf":
-        raise MRopeError(f"positions must hold integers, got dtype {pos.dtype}")
+        raise MRopeError(f"positions must hold integers, got dtype {dtype_name(positions, pos)}")
     kinds = (int, np.integer, float, np.floating) if floats else (int, np.integer)
     bad_kind = isinstance(delta, (bool, np.bool_)) or not isinstance(delta, kinds)
     if bad_kind or (floats and not np.isfinite(delta)):

@@ -36,7 +36,7 @@ import numpy as np
 from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
-from ..core.rows import PLAIN_ROWS, SegmentRows
+from ..core.rows import PLAIN_ROWS, SegmentRows, check_num_dims
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
@@ -51,6 +51,13 @@ from ._state import PLEN, SlotState
 
 _INT64_MAX = (1 << 63) - 1
 BACKENDS = ("auto", "numba", "numpy")
+#: what reaches a position past ``max_position`` (the message of :meth:`PositionTable._insert`): a request
+#: from its inputs (:meth:`PositionTable.add`), or from the positions given (``add_positions``)
+_FROM_INPUTS = (
+    "the prompt reaches position {largest} (its positions follow from its tokens, its items' grids and "
+    "second_per_grid_ts)"
+)
+_FROM_POSITIONS = "the positions given reach {largest} (their largest, or the last index + delta)"
 
 
 def compiled_step(backend: str, floats: bool) -> Any:
@@ -172,8 +179,7 @@ class PositionTable:
                 f"pool_capacity must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys "
                 f"index), got {pool_capacity}"
             )
-        if not _is_int(num_dims) or num_dims < 3:
-            raise MRopeError(f"num_dims must be an int >= 3 (rows of positions), got {num_dims!r}")
+        num_dims = check_num_dims(num_dims, "num_dims")
         if pool_capacity is None:
             capacity = min(8 * int(max_requests) + 64, _MAX_CAPACITY)
         else:
@@ -447,7 +453,9 @@ class PositionTable:
         ints, fields = from_positions(rendered, slot=slot, floats=floats)
         length = pos.shape[1]
         last = length - 1 + delta if not floats else np.float32(length - 1) + np.float32(delta)
-        self._insert(slot, ints, fields, length, delta, max(pos.max(), last), rows=rows)
+        self._insert(
+            slot, ints, fields, length, delta, max(pos.max(), last), rows=rows, source=_FROM_POSITIONS
+        )
 
     def remove(self, slot: int) -> None:
         """Forget the request in ``slot`` (finished or preempted); the slot and its segments' pool
@@ -664,10 +672,12 @@ class PositionTable:
         largest: Any,
         replace: bool = False,
         rows: SegmentRows = PLAIN_ROWS,
+        source: str = _FROM_INPUTS,
     ) -> None:
         """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
         its segments (:mod:`._segments`, or a one-row layout), after the checks of its length and
-        largest position; its ``rows`` (the family's) fix the table's at its first request."""
+        largest position; its ``rows`` (the family's) fix the table's at its first request. ``source``:
+        what reached the largest position, for the message (:data:`_FROM_INPUTS`, :data:`_FROM_POSITIONS`)."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
             slot = self._slot(slot)
         with self._lock:
@@ -681,10 +691,8 @@ class PositionTable:
                     + (" in a float32 table" if self._floats else "")
                 )
             if self.max_position is not None and largest >= self.max_position:
-                raise MRopeError(
-                    f"slot {slot}: the prompt reaches position {largest}, beyond max_position "
-                    f"{self.max_position} (check second_per_grid_ts and the grids)"
-                )
+                reach = source.format(largest=largest)
+                raise MRopeError(f"slot {slot}: {reach}, beyond max_position {self.max_position}")
             lo, hi, moved = self._state.insert(slot, ints, floats, length, delta)
             if self._family_rows is None:  # the first request: the steps apply its rows from now on
                 self._family_rows = rows
