@@ -170,6 +170,47 @@ def test_bad_items_raise_what_the_array_inputs_raise(name, data, what, value):
         assert table.prompt_length(0) == 3
 
 
+def _as_arrays(items: list[PromptItem]) -> dict:
+    """The array inputs that say what ``items`` say, built here (not by mrope's own conversion)."""
+    images = [i for i in items if i.modality == "image"]
+    videos = [i for i in items if i.modality == "video"]
+    seconds = [v.seconds for v in videos]
+    return {
+        "image_grid_thw": [list(i.grid) for i in images] or None,
+        "video_grid_thw": [list(v.grid) for v in videos] or None,
+        "second_per_grid_ts": None if seconds.count(None) == len(seconds) else seconds,
+        "image_offsets": [i.offset for i in images],
+        "video_offsets": [v.offset for v in videos],
+    }
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(
+    data=st.data(),
+    what=st.sampled_from(["t", "h", "w"]),
+    value=st.sampled_from([2**63, 2**64, -(2**64), 2**63 + 7]),
+)
+def test_grid_values_beyond_int64_are_named_as_the_arrays_name_them(name, data, what, value):
+    """A grid value past int64 in ``items=`` raises the array inputs' MRopeError (naming the value: "does
+    not fit in int64"), on a family's rule on items too (never an OverflowError), and a table refusing it
+    is unchanged."""
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=2, max_videos=2), label="prompt")
+    items = items_of(family, prompt)
+    if not items:
+        return
+    bad = _corrupt(items, what, data.draw(st.integers(0, len(items) - 1), label="item"), value)
+    expected = outcome(lambda: family.positions(prompt.input_ids, **_as_arrays(bad)))
+    assert isinstance(expected, str) and "does not fit in int64" in expected
+    assert outcome(lambda: family.positions(prompt.input_ids, items=bad)) == expected
+    assert outcome(lambda: family.segments(prompt.input_ids, items=bad)) == expected
+    table = PositionTable(1)
+    table.add(0, family, [1, 2, 3])
+    with pytest.raises(MRopeError, match="does not fit in int64"):
+        table.add(0, family, prompt.input_ids, items=bad, replace=True)
+    assert table.prompt_length(0) == 3
+
+
 def _qwen2_5_prompt():
     family = family_of("qwen2_5_vl")
     prompt = build_prompt(family, [text(2), Image(2, 2), text(1), Video(2, 1, 2), text(1)], [0.5])

@@ -145,12 +145,14 @@ def split_items(items: Any) -> SplitItems:
         if type(values[0]) is not int or type(values[1]) is not int or type(values[2]) is not int:
             values = int_list(values, name=f"items[{i}].grid")
         if modality == "video":
+            _check_int64(values, "video", len(videos))
             videos.append(values)
             video_offsets.append(offset)
             seconds.append(second)
         elif modality == "image":
             if second is not None:
                 raise MRopeError(f"items[{i}] is an image with seconds {second!r}: only videos have seconds")
+            _check_int64(values, "image", len(images))
             images.append(values)
             image_offsets.append(offset)
         else:
@@ -175,6 +177,20 @@ def items_as_inputs(items: Any) -> dict[str, Any]:
         "image_offsets": split.image_offsets,
         "video_offsets": split.video_offsets,
     }
+
+
+def _check_int64(grid: list[int], what: str, j: int) -> None:
+    """Refuse a grid value (Python ints) beyond int64, naming it as the array inputs do (item ``j`` of its
+    modality ``what``): the same values as arrays are refused with the same message. (An offset beyond it
+    lies outside the prompt, which the placement names, as for the arrays.)"""
+    t, h, w = grid
+    if min(t, h, w) >= _INT64_MIN and max(t, h, w) <= _INT64_MAX:
+        return
+    k, value = next((k, v) for k, v in enumerate(grid) if not _INT64_MIN <= v <= _INT64_MAX)
+    raise MRopeError(f"{what}_grid_thw[{j}, {k}] = {value} does not fit in int64 (the integers mrope reads)")
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _one_int(value: Any, name: str) -> int:
