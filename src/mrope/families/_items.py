@@ -227,13 +227,21 @@ def items_at(
 def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:
     """Frame blocks (T = 1 each) of videos whose frames' placeholders start at ``offsets`` (checked
     by :func:`._seconds.check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
-    which the first and last must be ``token_id``; frames in order, not overlapping. O(frames) in C:
+    which the first and last must be ``token_id``; frames in prompt order (refused otherwise, naming the
+    order), not overlapping. O(frames) in C:
     the prompt is not scanned (a list is read at these indices only)."""
     grids, frame_of = split_frames(videos)
     height, width = grids[:, 1] // merge, grids[:, 2] // merge
     num_tokens = height * width
     ends = offsets + num_tokens
     length = len(ids)
+    back = np.flatnonzero(offsets[1:] < offsets[:-1])
+    if back.size:  # (a frame is known by its rank: the offsets cannot be sorted)
+        k = int(back[0]) + 1
+        raise MRopeError(
+            f"frame_offsets[{k}] = {offsets[k]} comes before frame_offsets[{k - 1}] = {offsets[k - 1]}: "
+            "the frames (each video's in order, video after video) must be given in prompt order"
+        )
     bad = (offsets < 0) | (ends > length)
     bad[1:] |= offsets[1:] < ends[:-1]
     if not bad.any() and offsets.size:
@@ -256,8 +264,8 @@ def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, 
 def merge_items(
     parts: list[Blocks | list[BlockRow]], image_offsets: Any, video_offsets: Any
 ) -> Blocks | list[BlockRow]:
-    """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets) in stream
-    order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
+    """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets, in any order) in
+    stream order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
     overlap (only items at given offsets can)."""
     rows: list[BlockRow] = []
     many = False
@@ -277,7 +285,10 @@ def merge_items(
                     _overlap(start, image_offsets, video_offsets)
                 end = start + frames * height * width
         return rows
-    blocks = Blocks.concat([p if isinstance(p, Blocks) else blocks_from_rows(p) for p in parts])
+    # (rows at offsets given in any order are sorted, whatever their count: each carries its own grid)
+    blocks = Blocks.concat(
+        [p if isinstance(p, Blocks) else blocks_from_rows(sorted(p, key=_start_of)) for p in parts]
+    )
     bad = np.flatnonzero(blocks.start[1:] < (blocks.start + blocks.num_tokens)[:-1])
     if bad.size:
         _overlap(int(blocks.start[bad[0] + 1]), image_offsets, video_offsets)

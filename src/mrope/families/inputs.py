@@ -121,8 +121,9 @@ class SplitItems(NamedTuple):
 
 def split_items(items: Any) -> SplitItems:
     """``items`` by modality, each value a Python int (or float), checked for its kind: a modality of
-    ``"image"`` or ``"video"``, an integer offset, three integers of grid, seconds for videos only. The
-    values' rules (grids, seconds, offsets in the prompt) are the family's checks."""
+    ``"image"`` or ``"video"``, an integer offset, three integers of grid (within int64), seconds for
+    videos only; each modality's items in prompt order (:func:`sort_order`). The values' rules (grids,
+    seconds, offsets in the prompt) are the family's checks."""
     images: list[list[int]] = []
     videos: list[list[int]] = []
     image_offsets: list[int] = []
@@ -157,6 +158,12 @@ def split_items(items: Any) -> SplitItems:
             image_offsets.append(offset)
         else:
             raise MRopeError(f"items[{i}] has modality {modality!r}: 'image' or 'video'")
+    order = sort_order(image_offsets)  # each modality in prompt order, whatever the order given
+    if order is not None:
+        images, image_offsets = [images[k] for k in order], [image_offsets[k] for k in order]
+    order = sort_order(video_offsets)
+    if order is not None:
+        videos, video_offsets, seconds = ([x[k] for k in order] for x in (videos, video_offsets, seconds))
     if seconds.count(None) == len(seconds):  # none given
         return SplitItems(images, videos, image_offsets, video_offsets, None)
     given = [
@@ -164,6 +171,17 @@ def split_items(items: Any) -> SplitItems:
         for j, x in enumerate(seconds)
     ]
     return SplitItems(images, videos, image_offsets, video_offsets, given)
+
+
+def sort_order(offsets: list[int]) -> list[int] | None:
+    """The order that sorts one modality's items by ``offsets`` (stable: items at one offset keep their
+    order, and then overlap), or None where they already increase. Items and offsets may come in any
+    order, each pairing with its own grid (and seconds): every path takes them in prompt order, as the
+    scan finds them (one rule for any count of items). O(items) where already sorted."""
+    for k in range(1, len(offsets)):
+        if offsets[k] < offsets[k - 1]:
+            return sorted(range(len(offsets)), key=offsets.__getitem__)
+    return None
 
 
 def items_as_inputs(items: Any) -> dict[str, Any]:
