@@ -101,6 +101,43 @@ def _refuse_prompt(to_int_array):
 
 
 @pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+@given(data=st.data(), late=st.booleans())
+def test_frames_shorter_than_their_runs_are_refused(name, data, late):
+    """A video whose frames' grid is shorter than their runs of placeholders leaves placeholders next to
+    its frames: the scan refuses the prompt, and frame offsets (each frame's neighbours checked, O(frames))
+    refuse it too, at the run's start or past it (``late``)."""
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=1, max_videos=2), label="prompt")
+    if not prompt.video_grid_thw:
+        return
+    v = data.draw(st.integers(0, len(prompt.video_grid_thw) - 1), label="video")
+    merge = family.spatial_merge_size
+    t, h, w = prompt.video_grid_thw[v]
+    if h == merge and w == merge:
+        return
+    grid = [t, h - merge, w] if h > merge else [t, h, w - merge]
+    videos = [list(g) for g in prompt.video_grid_thw]
+    videos[v] = grid
+    images, video_offsets = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    frames = frame_offsets(family, prompt.input_ids)
+    first = sum(g[0] for g in prompt.video_grid_thw[:v])
+    if late:  # each of its frames' offsets past its run's start
+        shift = (h // merge) * (w // merge) - (grid[1] // merge) * (grid[2] // merge)
+        frames = [f + shift if first <= k < first + t else f for k, f in enumerate(frames)]
+    kwargs = {**prompt.kwargs(), "video_grid_thw": videos}
+    with pytest.raises(MRopeError):
+        family.positions(prompt.input_ids, **kwargs)  # (the scan)
+    with pytest.raises(MRopeError, match=r"frame token \d+ (follows|precedes) it at \d+, in no frame"):
+        family.positions(
+            prompt.input_ids,
+            **kwargs,
+            image_offsets=images,
+            video_offsets=video_offsets,
+            frame_offsets=frames,
+        )
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
 def test_bad_frame_offsets_name_the_frame(name):
     family = family_of(name)
     prompt = build_prompt(family, [text(2), Video(2, 1, 1, ((5,), (6,))), text(1)])
