@@ -228,6 +228,45 @@ def test_config_reading_names_missing_fields():
     }
 
 
+def _outcome(call):
+    """The message of the MRopeError ``call()`` raised, or None where it returned."""
+    try:
+        call()
+    except MRopeError as error:
+        return str(error)
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=glm_prompts(complete=True), edit=st.sampled_from(["none", "no grids", "drop", "end", "start"]))
+def test_every_call_refuses_what_positions_refuses(glm_image, prompt, edit):
+    """``positions``, ``segments``, :meth:`PositionTable.add` and ``generation_positions`` (and
+    ``batch_generation_positions``) take the same prompts and refuse the same ones with the same message:
+    a complete image without its grid (no grids at all, or one dropped), markers that do not alternate."""
+    _, family = glm_image
+    ids, grids = prompt
+    if edit == "no grids":
+        grids = []
+    elif edit == "drop":
+        grids = grids[1:]
+    elif edit in ("end", "start"):
+        ids = ids + [END if edit == "end" else START]
+    kwargs = {"image_grid_thw": grids or None}
+    table = mrope.PositionTable(1)
+    outcomes = {
+        "positions": _outcome(lambda: family.positions(ids, **kwargs)),
+        "segments": _outcome(lambda: family.segments(ids, **kwargs)),
+        "add": _outcome(lambda: table.add(0, family, ids, **kwargs)),
+        "generation_positions": _outcome(lambda: family.generation_positions(ids, **kwargs)),
+        "batch_generation_positions": _outcome(
+            lambda: family.batch_generation_positions(np.array([ids]), **kwargs)
+        ),
+    }
+    assert len(set(outcomes.values())) == 1, outcomes
+    if edit == "no grids" and IMAGE in ids:  # the issue's case: a complete image, no grids
+        assert "complete images (image_start .. image_end) but 0 grids" in outcomes["positions"]
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_the_serving_table_gives_the_prompt_and_the_generated_tokens_transformers_positions(glm_image, data):

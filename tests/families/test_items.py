@@ -170,6 +170,136 @@ def test_bad_items_raise_what_the_array_inputs_raise(name, data, what, value):
         assert table.prompt_length(0) == 3
 
 
+def _as_arrays(items: list[PromptItem]) -> dict:
+    """The array inputs that say what ``items`` say, built here (not by mrope's own conversion)."""
+    images = [i for i in items if i.modality == "image"]
+    videos = [i for i in items if i.modality == "video"]
+    seconds = [v.seconds for v in videos]
+    return {
+        "image_grid_thw": [list(i.grid) for i in images] or None,
+        "video_grid_thw": [list(v.grid) for v in videos] or None,
+        "second_per_grid_ts": None if seconds.count(None) == len(seconds) else seconds,
+        "image_offsets": [i.offset for i in images],
+        "video_offsets": [v.offset for v in videos],
+    }
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(
+    data=st.data(),
+    what=st.sampled_from(["t", "h", "w"]),
+    value=st.sampled_from([2**63, 2**64, -(2**64), 2**63 + 7]),
+)
+def test_grid_values_beyond_int64_are_named_as_the_arrays_name_them(name, data, what, value):
+    """A grid value past int64 in ``items=`` raises the array inputs' MRopeError (naming the value: "does
+    not fit in int64"), on a family's rule on items too (never an OverflowError), and a table refusing it
+    is unchanged."""
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=2, max_videos=2), label="prompt")
+    items = items_of(family, prompt)
+    if not items:
+        return
+    bad = _corrupt(items, what, data.draw(st.integers(0, len(items) - 1), label="item"), value)
+    expected = outcome(lambda: family.positions(prompt.input_ids, **_as_arrays(bad)))
+    assert isinstance(expected, str) and "does not fit in int64" in expected
+    assert outcome(lambda: family.positions(prompt.input_ids, items=bad)) == expected
+    assert outcome(lambda: family.segments(prompt.input_ids, items=bad)) == expected
+    table = PositionTable(1)
+    table.add(0, family, [1, 2, 3])
+    with pytest.raises(MRopeError, match="does not fit in int64"):
+        table.add(0, family, prompt.input_ids, items=bad, replace=True)
+    assert table.prompt_length(0) == 3
+
+
+def _shrunk(grid, merge: int) -> list[int] | None:
+    """``grid`` (T, H, W) with one fewer step on an axis that has room (None: a single merged token)."""
+    t, h, w = grid
+    if t > 1:
+        return [t - 1, h, w]
+    if h > merge:
+        return [t, h - merge, w]
+    if w > merge:
+        return [t, h, w - merge]
+    return None
+
+
+def _tokens(grid, merge: int) -> int:
+    t, h, w = grid
+    return t * (h // merge) * (w // merge)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(data=st.data(), edit=st.sampled_from(["shrink", "shrink late", "drop"]), markers=st.booleans())
+def test_placeholders_left_next_to_an_item_are_refused(name, data, edit, markers):
+    """An item whose grid is shorter than its run of placeholders (its offset at the run's start, or
+    past it), or a run left out of the items next to an item of its kind, leaves placeholders that
+    would get text positions: the scan refuses the prompt, and so do items and offsets (the tokens next
+    to each item checked: O(items), no scan), with the table unchanged. (A run left out that touches no
+    item is found only by a scan, which items and offsets spare.)"""
+    family = family_of(name)
+    markers = markers or family.prompt_layout != "whole"  # (only the whole layout has a markerless form)
+    prompt = data.draw(prompts(family, max_images=3, max_videos=2, markers=markers), label="prompt")
+    items = items_of(family, prompt)
+    merge = family.spatial_merge_size
+    # one-block items (a frame family's videos are frames: test_frames_left_over_are_refused)
+    kinds = [k for k, i in enumerate(items) if not (family.video_frames_in_prompt and i.modality == "video")]
+    if not kinds:
+        return
+    k = data.draw(st.sampled_from(kinds), label="item")
+    item = items[k]
+    if edit == "drop":
+        bad = items[:k] + items[k + 1 :]
+        start, end = item.offset, item.offset + _tokens(item.grid, merge)
+        same = [i for i in bad if i.modality == item.modality]
+        if not any(i.offset == end or i.offset + _tokens(i.grid, merge) == start for i in same):
+            return  # (touches no item of its kind)
+    else:
+        grid = _shrunk(item.grid, merge)
+        if grid is None:
+            return
+        late = _tokens(item.grid, merge) - _tokens(grid, merge) if edit == "shrink late" else 0
+        bad = items[:k] + [item._replace(grid=grid, offset=item.offset + late)] + items[k + 1 :]
+    arrays = _as_arrays(bad)
+    scanned = {key: arrays[key] for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")}
+    with pytest.raises(MRopeError):
+        family.positions(prompt.input_ids, **scanned)
+    leftover = r"(follows|precedes) it at \d+, (starting|ending) no (image|video)"
+    if name == "glm4v" and prompt.video_grid_thw:  # GLM-4.1V beside videos: its images are found by a scan
+        leftover = None
+    with pytest.raises(MRopeError, match=leftover):
+        family.positions(prompt.input_ids, items=bad)
+    if not family.video_frames_in_prompt:  # (a frame family's video offsets: its frames are scanned)
+        with pytest.raises(MRopeError, match=leftover):
+            family.positions(prompt.input_ids, **arrays)
+    table = PositionTable(1)
+    table.add(0, family, [1, 2, 3])
+    with pytest.raises(MRopeError, match=leftover):
+        table.add(0, family, prompt.input_ids, items=bad, replace=True)
+    assert table.prompt_length(0) == 3
+
+
+def test_a_run_left_out_next_to_an_item_is_refused():
+    """The issue's cases: an image whose grid is shorter than its run, and a run of placeholders next to
+    an item that starts no item (an image, or a video, left out of ``items``)."""
+    family = family_of("qwen2_5_vl")
+    image, video = family.image_token_id, family.video_token_id
+    ids = [1, 2, *[image] * 8, 3]
+    for call in (
+        lambda: family.positions(ids, items=[PromptItem("image", 2, (1, 4, 4))]),
+        lambda: family.positions(ids, image_grid_thw=[[1, 4, 4]], image_offsets=[2], video_offsets=[]),
+        lambda: family.positions(ids, items=[PromptItem("image", 6, (1, 4, 4))]),
+    ):
+        with pytest.raises(MRopeError, match=r"image token 151655 (follows|precedes) it at (6|5)"):
+            call()
+    with pytest.raises(MRopeError, match="have no grid"):
+        family.positions(ids, image_grid_thw=[[1, 4, 4]])  # (the scan)
+    ids = [1, *[video] * 8, 2]  # two videos of 4 placeholders back to back, the second left out
+    with pytest.raises(MRopeError, match=r"video token 151656 follows it at 5, starting no video"):
+        family.positions(ids, items=[PromptItem("video", 1, (1, 4, 4), 1.0)])
+    got = family.positions(ids, items=[PromptItem("video", o, (1, 4, 4), 1.0) for o in (5, 1)])
+    assert got[1] == family.positions(ids, video_grid_thw=[[1, 4, 4]] * 2, second_per_grid_ts=[1.0] * 2)[1]
+
+
 def _qwen2_5_prompt():
     family = family_of("qwen2_5_vl")
     prompt = build_prompt(family, [text(2), Image(2, 2), text(1), Video(2, 1, 2), text(1)], [0.5])

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import mrope
 from mrope import MRopeError
 from mrope.core import COMPATS
+from mrope.families import PromptItem
 from mrope.serving import PositionTable
 from support.offsets import assert_table_row, frame_offsets, item_offsets
 from support.peers import require_module
@@ -100,6 +101,43 @@ def _refuse_prompt(to_int_array):
 
 
 @pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
+@given(data=st.data(), late=st.booleans())
+def test_frames_shorter_than_their_runs_are_refused(name, data, late):
+    """A video whose frames' grid is shorter than their runs of placeholders leaves placeholders next to
+    its frames: the scan refuses the prompt, and frame offsets (each frame's neighbours checked, O(frames))
+    refuse it too, at the run's start or past it (``late``)."""
+    family = family_of(name)
+    prompt = data.draw(prompts(family, max_images=1, max_videos=2), label="prompt")
+    if not prompt.video_grid_thw:
+        return
+    v = data.draw(st.integers(0, len(prompt.video_grid_thw) - 1), label="video")
+    merge = family.spatial_merge_size
+    t, h, w = prompt.video_grid_thw[v]
+    if h == merge and w == merge:
+        return
+    grid = [t, h - merge, w] if h > merge else [t, h, w - merge]
+    videos = [list(g) for g in prompt.video_grid_thw]
+    videos[v] = grid
+    images, video_offsets = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    frames = frame_offsets(family, prompt.input_ids)
+    first = sum(g[0] for g in prompt.video_grid_thw[:v])
+    if late:  # each of its frames' offsets past its run's start
+        shift = (h // merge) * (w // merge) - (grid[1] // merge) * (grid[2] // merge)
+        frames = [f + shift if first <= k < first + t else f for k, f in enumerate(frames)]
+    kwargs = {**prompt.kwargs(), "video_grid_thw": videos}
+    with pytest.raises(MRopeError):
+        family.positions(prompt.input_ids, **kwargs)  # (the scan)
+    with pytest.raises(MRopeError, match=r"frame token \d+ (follows|precedes) it at \d+, in no frame"):
+        family.positions(
+            prompt.input_ids,
+            **kwargs,
+            image_offsets=images,
+            video_offsets=video_offsets,
+            frame_offsets=frames,
+        )
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "glm4v"])
 def test_bad_frame_offsets_name_the_frame(name):
     family = family_of(name)
     prompt = build_prompt(family, [text(2), Video(2, 1, 1, ((5,), (6,))), text(1)])
@@ -111,6 +149,7 @@ def test_bad_frame_offsets_name_the_frame(name):
         ([frames[0], frames[1] + 1], r"frame 1 of video 0 \(video_grid_thw\[0\] = \(2, 2, 2\)\): "),
         ([frames[0], frames[0] + 1], r"frame 1 of video 0 .* overlaps the frame before it"),
         ([frames[0], len(prompt.input_ids)], r"frame 1 of video 0 .* outside the prompt of"),
+        ([frames[1], frames[0]], r"frame_offsets\[1\] = \d+ comes before frame_offsets\[0\] = \d+: .* order"),
     ):
         with pytest.raises(MRopeError, match=message):
             family.positions(prompt.input_ids, **kwargs, frame_offsets=bad)
@@ -148,6 +187,62 @@ def test_offsets_in_any_order_pair_with_their_grids():
     got = family.positions(prompt.input_ids, **kwargs, image_offsets=images[::-1], video_offsets=videos)
     np.testing.assert_array_equal(got[0], expected[0])
     assert got[1] == expected[1]
+
+
+def _many_items(family, count: int, video: bool = True):
+    """A prompt of ``count`` images (and a video) and its offsets."""
+    parts = [text(2)]
+    for k in range(count):
+        parts += [Image(1 + k % 2, 1 + k % 3), text(1 + k % 2)]
+    if video:
+        parts += [Video(2, 1, 1, ((5,), (6,))), text(1)]
+    prompt = build_prompt(family, parts, [0.5] if video and family.uses_second_per_grid_ts else None)
+    return prompt, *item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(count=st.integers(1, 14), video=st.booleans(), data=st.data())
+def test_offsets_and_items_in_any_order_one_rule_for_every_count(name, count, video, data):
+    """Items (each its own grid and seconds) come in any order, whatever their count (below, at and past
+    the few-blocks path's 8): the positions of the prompt order. Image offsets with their grids too; a
+    frame family's video offsets (its frames found in prompt order, known by their rank) are refused,
+    naming the order."""
+    family = family_of(name)
+    prompt, images, videos = _many_items(family, count, video)
+    expected = family.positions(prompt.input_ids, **prompt.kwargs())
+    order = data.draw(st.permutations(range(count)), label="image order")
+    grids = [prompt.image_grid_thw[k] for k in order]
+    kwargs = {**prompt.kwargs(), "image_grid_thw": grids}
+    got = family.positions(prompt.input_ids, **kwargs, image_offsets=[images[k] for k in order])
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+    seconds = prompt.second_per_grid_ts or [None] * len(videos)
+    items = [PromptItem("image", images[k], prompt.image_grid_thw[k]) for k in range(count)]
+    items += [
+        PromptItem("video", o, g, s) for o, g, s in zip(videos, prompt.video_grid_thw, seconds, strict=True)
+    ]
+    shuffled = data.draw(st.permutations(items), label="items")
+    got = family.positions(prompt.input_ids, items=shuffled)
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+    table = PositionTable(1)
+    table.add(0, family, prompt.input_ids, items=shuffled)
+    assert_table_row(table, 0, *expected, name)
+    if family.video_frames_in_prompt:
+        two = build_prompt(family, [text(2), Video(2, 1, 1, ((5,), (6,))), text(1), Video(1, 1, 2), text(1)])
+        _, videos = item_offsets(family, two.input_ids, two.video_grid_thw)
+        with pytest.raises(MRopeError, match=r"video_offsets\[1\] = \d+ comes before video_offsets\[0\]"):
+            family.positions(two.input_ids, **two.kwargs(), video_offsets=videos[::-1])
+
+
+def test_overlapping_offsets_are_named_as_overlapping_at_any_count():
+    family = family_of("qwen2_vl")
+    for count in (3, 12):
+        prompt, images, _ = _many_items(family, count)
+        bad = list(images)
+        bad[count - 1] = bad[count - 2] + 1  # the last image starts inside the one before it
+        with pytest.raises(MRopeError, match=rf"image {count - 1} .*starts inside the item before it"):
+            family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=bad)
 
 
 def test_empty_offsets_mean_no_items_and_no_scan():
@@ -225,8 +320,8 @@ def test_frame_families_check_video_offsets_against_the_frames(name):
         MRopeError, match=r"video 0 \(video_grid_thw\[0\] = \(2, 2, 2\)\): its frames were found"
     ):
         family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=bad)
-    swapped = [videos[1], videos[0]]
-    with pytest.raises(MRopeError, match=r"video 0 .* outside \[video_offsets\[0\] = "):
+    swapped = [videos[1], videos[0]]  # (frames are found in prompt order: the order is refused, by name)
+    with pytest.raises(MRopeError, match=r"video_offsets\[1\] = \d+ comes before video_offsets\[0\]"):
         family.positions(prompt.input_ids, **prompt.kwargs(), image_offsets=images, video_offsets=swapped)
 
 

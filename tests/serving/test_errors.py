@@ -4,12 +4,15 @@ the numpy one refuses, with the same message."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mrope
 from mrope import MRopeError
 from mrope.serving import PositionTable
 from support.engine import family
@@ -81,15 +84,17 @@ HUGE = (1 << 63) - 1  # counts whose sums wrap int64
 @pytest.mark.parametrize("path", ["host", "device"])
 @pytest.mark.parametrize("floats", [False, True])
 def test_bounds_of_indices(backend: str, path: str, floats: bool) -> None:
-    """Sequence indices up to the table's bound - 1 (2**32 - 1; float32 tables 2**24 - 1) are served,
-    on fill and decode, host and device paths alike; one more, or counts whose sum wraps int64, is
-    refused (host: raised, nothing written; device: counted, zeros written)."""
+    """Sequence indices below the table's bound (2**32; float32 tables 2**24) whose positions stay below
+    the positions' bound (2**31; float32 tables 2**24: a text request's index is its position) are
+    served, on fill and decode, host and device paths alike; an index at the bound, or counts whose sum
+    wraps int64, is refused (host: raised, nothing written; device: counted, zeros written)."""
     bound = (1 << 24) if floats else (1 << 32)
     dtype = np.float32 if floats else np.int64
     table = PositionTable(4, dtype=dtype, backend="numpy" if floats else backend)
     table.add(2, family("qwen2_vl"), text(7))
     last = bound - 1
-    good = [([2], [last], [1]), ([2, 2], [0, last - 3], [1, 4]), ([2], [bound], [0])]
+    top = (1 << 24 if floats else 1 << 31) - 1  # the largest position served
+    good = [([2], [top], [1]), ([2, 2], [0, top - 3], [1, 4]), ([2], [top + 1], [0])]
     bad = [
         ([2], [bound], [1]),
         ([2, 2], [0, last - 3], [1, 5]),
@@ -106,7 +111,7 @@ def test_bounds_of_indices(backend: str, path: str, floats: bool) -> None:
             np.testing.assert_array_equal(
                 out[0, :num], np.concatenate([np.arange(c, c + k) for c, k in zip(nc, ns, strict=True)])
             )
-        assert table.decode(out, np.array([2]), np.array([bound])) == 1 and out[0, 0] == last
+        assert table.decode(out, np.array([2]), np.array([top + 1])) == 1 and out[0, 0] == top
         out.fill(-7)
         for rows, nc, ns in bad:
             unchanged(
@@ -129,7 +134,7 @@ def test_bounds_of_indices(backend: str, path: str, floats: bool) -> None:
         assert table.fill(out, *(torch.tensor(a) for a in (rows, nc, ns)), num_tokens=num) == num
         expected = np.concatenate([np.arange(c, c + k) for c, k in zip(nc, ns, strict=True)])
         np.testing.assert_array_equal(out[0, :num].numpy(), expected.astype(dtype))
-    assert table.decode(out, torch.tensor([2]), torch.tensor([bound])) == 1 and out[0, 0] == last
+    assert table.decode(out, torch.tensor([2]), torch.tensor([top + 1])) == 1 and out[0, 0] == top
     table.check()
     for rows, nc, ns in bad:
         out.fill_(-7)
@@ -560,3 +565,135 @@ def test_nested_and_sparse_tensors_are_refused(table: PositionTable) -> None:
     unchanged(table, lambda: table.fill(sparse_out, *args, num_tokens=3), "out is a sparse_coo tensor")
     unchanged(table, lambda: table.add(1, family("qwen2_vl"), nested), "input_ids is a nested tensor")
     assert (host == -7).all() and (device == -7).all()
+
+
+# -- the bound on positions every table holds (issue 35: 2**31 - 1; float32 tables below 2**24) ---------
+LARGEST = (1 << 31) - 1  # the largest position mrope hands out
+FLOAT_BOUND = 1 << 24  # a float32 table's positions stay below it: float32 holds every integer below
+BEYOND = r"reaches position .*beyond (max_position|the largest position|what a float32 table holds)"
+
+
+def _time_prompt(seconds: float, tail: int = 2):
+    """A Qwen2.5-VL prompt whose video of 4 frames takes time indices up to ``3 * 2 * seconds``: its
+    positions lie near that at small indices (a video of large ``second_per_grid_ts``); ``tail`` text
+    tokens after it, each one position more."""
+    fam = family("qwen2_5_vl")
+    return fam, build_prompt(fam, [text(1), Video(4, 1, 2), text(tail)], [seconds])
+
+
+def _positions(fam, p) -> tuple[np.ndarray, int]:
+    """``fam.positions`` of prompt ``p``, rendered from ``fam.segments`` (the same values; until issue 35's
+    item 6 lands, ``positions`` of a prompt whose positions near 2**31 allocates O(largest position))."""
+    table, delta = fam.segments(p.input_ids, **p.kwargs())
+    return mrope.core.render_all(table), delta
+
+
+def _near_bound_prompt(bound: int, over: int):
+    """:func:`_time_prompt` whose largest position is ``bound - 1 + over``."""
+    seconds = float(np.float32((bound - 512) / 6))
+    fam, p = _time_prompt(seconds, 0)
+    positions, _ = _positions(fam, p)
+    return _time_prompt(seconds, bound - 1 + over - int(positions.max()))
+
+
+def _one_token_steps(table: PositionTable, out: np.ndarray, indices: list[int]) -> dict[int, object]:
+    """Each index as its own step of slot 0 (fill, and decode past the prompt; int64 and int32 arrays): the
+    position it gets, or None where refused (nothing written, the table unchanged); the paths agree."""
+    got: dict[int, object] = {}
+    length = table.prompt_length(0)
+    for j in indices:
+        results = []
+        for a in (np.int64, np.int32):
+            calls = [lambda a=a, j=j: table.fill(out, np.array([0], a), np.array([j], a), np.array([1], a))]
+            if j >= length:
+                calls.append(lambda a=a, j=j: table.decode(out, np.array([0], a), np.array([j + 1], a)))
+            for call in calls:
+                out.fill(-7)
+                try:
+                    call()
+                except MRopeError:
+                    assert (out == -7).all()
+                    unchanged(table, call, BEYOND)
+                    results.append(None)
+                else:
+                    results.append(out[:, 0].copy())
+        first = results[0]
+        assert all((r is None) == (first is None) for r in results), j
+        assert first is None or all(np.array_equal(r, first) for r in results), j
+        got[j] = first
+    return got
+
+
+@pytest.mark.parametrize("floats", [False, True])
+@settings(max_examples=30, deadline=None)
+@given(over=st.integers(-8, 2), extra=st.integers(1, 8), bounded=st.booleans())
+def test_a_table_hands_out_no_position_past_its_bound(backend, floats, over, extra, bounded) -> None:
+    """Whatever ``max_position`` (none, or one above the bound), a table hands out positions up to 2**31 - 1
+    (float32 tables: below 2**24, where float32 is exact) and refuses any step or prompt reaching past, on
+    every path: a request is refused at ``add`` (as ``family.positions`` refuses it, or by the table) or
+    gets ``family.positions`` exactly, and each index past the prompt gets ``index + delta`` exactly or is
+    refused (fill and decode, int64 and int32 arrays, numpy and numba; the torch path counts it)."""
+    bound = FLOAT_BOUND if floats else LARGEST + 1
+    fam, p = _near_bound_prompt(bound, over)
+    dtype = np.float32 if floats else np.int64
+    max_position = (1 << 40) if bounded else None
+    table = PositionTable(2, dtype=dtype, backend="numpy" if floats else backend, max_position=max_position)
+    table.add(1, family("qwen2_vl"), text(3))  # a request of delta 0 beside it
+    add = lambda: table.add(0, fam, p.input_ids, **p.kwargs())  # noqa: E731
+    try:
+        positions, delta = _positions(fam, p)
+    except MRopeError as error:  # (the family's own bound: 2**31 - 1)
+        assert not floats and over > 0
+        unchanged(table, add, re.escape(str(error)))
+        return
+    assert int(positions.max()) == bound - 1 + over
+    if over > 0:  # a prompt position at the bound (float32; int64 tables: the family refused it above)
+        unchanged(table, add, BEYOND)
+        return
+    add()
+    length = len(p.input_ids)
+    out = np.full((3, 4), -7, dtype=dtype)
+    got = _one_token_steps(table, out, [*range(4), *range(length - 4, length + extra)])
+    for j, position in got.items():
+        exact = positions[:, j] if j < length else np.full(3, j + delta, dtype=np.int64)
+        if exact.max() >= bound:
+            assert position is None, j
+        else:
+            assert position is not None, j
+            np.testing.assert_array_equal(position.astype(np.int64), exact, err_msg=str(j))
+    last = length + extra - 1  # the torch path counts what the host refuses
+    out_t = torch.full((3, 4), -7, dtype=torch.float32 if floats else torch.int64)
+    table.fill(out_t, torch.tensor([0]), torch.tensor([last]), torch.tensor([1]), num_tokens=1)
+    if last + delta >= bound:
+        with pytest.raises(MRopeError, match="1 request"):
+            table.check()
+        assert (out_t[:, 0] == 0).all()
+    else:
+        table.check()
+        assert int(out_t[0, 0]) == last + delta
+
+
+def test_positions_near_2_31_are_refused_not_wrapped_or_rounded(backend) -> None:
+    """The issue's cases: positions in the tens of millions at small indices (a float32 table would round
+    them) and near 2**31 (past it, an int32 engine wraps them): int64 tables serve the first exactly and
+    refuse past 2**31 - 1; float32 tables refuse both at ``add``."""
+    fam, p = _time_prompt(3e7 / 6)  # positions near 3e7
+    positions, delta = _positions(fam, p)
+    floats = PositionTable(2, dtype=np.float32)
+    unchanged(floats, lambda: floats.add(0, fam, p.input_ids, **p.kwargs()), "what a float32 table holds")
+    table = PositionTable(2, backend=backend)
+    table.add(0, fam, p.input_ids, **p.kwargs())
+    out = np.zeros((3, len(p.input_ids)), dtype=np.int64)
+    table.fill(out, np.array([0]), np.array([0]), np.array([len(p.input_ids)]))
+    np.testing.assert_array_equal(out, positions)
+    fam, p = _time_prompt((LARGEST - 600) / 6)
+    positions, delta = _positions(fam, p)
+    unchanged(floats, lambda: floats.add(1, fam, p.input_ids, **p.kwargs()), "what a float32 table holds")
+    table.add(1, fam, p.input_ids, **p.kwargs())
+    seq_len = LARGEST + 1 - delta  # decode's length whose last index gets position 2**31 - 1
+    out = np.full((3, 2), -7, dtype=np.int64)
+    assert table.decode(out, np.array([1]), np.array([seq_len])) == 1
+    assert out[0, 0] == LARGEST
+    past = r"2147483648, beyond the largest position mrope hands out, 2147483647 \(2\*\*31 - 1\)"
+    unchanged(table, lambda: table.decode(out, np.array([1]), np.array([seq_len + 1])), past)
+    unchanged(table, lambda: table.fill(out, np.array([1]), np.array([seq_len - 1]), np.array([2])), past)

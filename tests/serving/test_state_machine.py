@@ -55,6 +55,9 @@ class TableMachine(RuleBasedStateMachine):
         self.bound = (1 << 24) if floats else (1 << 32)
         self.slots = slots
         self.max_position = max_position
+        # positions stay below max_position and, in every table, 2**31 (float32 tables 2**24)
+        implicit = (1 << 24) if floats else (1 << 31)
+        self.position_bound = implicit if max_position is None else min(max_position, implicit)
         kwargs = {"pool_capacity": capacity, "max_position": max_position, "dtype": self.dtype}
         backends = ["numpy"] if floats else sorted({backend, "numpy"})
         self.tables = [
@@ -80,8 +83,8 @@ class TableMachine(RuleBasedStateMachine):
         if first + count > self.bound:
             raise Refused("is beyond")
         last = self._position(first + count - 1, self.live[slot][1])
-        if self.max_position is not None and last >= self.max_position:
-            raise Refused("max_position")
+        if last >= self.position_bound:
+            raise Refused("reaches position")
 
     def _expected(self, slot: int, first: int, count: int) -> np.ndarray:
         positions, delta = self.live[slot]
@@ -109,8 +112,8 @@ class TableMachine(RuleBasedStateMachine):
             if slot in self.live and not replace:
                 raise Refused("already holds a request")
             last = len(p.input_ids) - 1 + delta
-            if self.max_position is not None and max(positions.max(), last) >= self.max_position:
-                raise Refused("max_position")
+            if max(positions.max(), last) >= self.position_bound:
+                raise Refused("reaches position")
         except Refused as refused:
             verdict = str(refused)
         taken = set()
@@ -352,7 +355,7 @@ class TableMachine(RuleBasedStateMachine):
                 assert table.prompt_length(slot) == length
                 expected = reference(positions, delta, 0, length + 2, self.dtype)
                 out = np.empty((3, length + 2), dtype=self.dtype)
-                if self.max_position is not None and self._position(length + 1, delta) >= self.max_position:
+                if self._position(length + 1, delta) >= self.position_bound:
                     continue  # the two indices past the prompt would reach it
                 assert table.fill(out, np.array([slot]), np.array([0]), np.array([length + 2])) == length + 2
                 np.testing.assert_array_equal(out, expected)

@@ -31,6 +31,8 @@ def snapshot(table: PositionTable) -> dict[str, Any]:
         "hole": list(pool.hole),
         "info": held.info.copy(),
         "deltas": None if held.deltas is None else held.deltas.copy(),
+        "max_delta": getattr(held, "max_delta", None),  # (the bound on live deltas, see SlotState)
+        "index_limit": getattr(held, "index_limit", None),
     }
     device = table._device
     if device is not None:

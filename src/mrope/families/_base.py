@@ -318,6 +318,10 @@ class Family:
         )
         audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
         video_offsets = check_offsets(video_offsets, len(videos), "video")
+        if self.video_frames_in_prompt and video_offsets is not None:  # (frames found in prompt order)
+            check_prompt_order(
+                video_offsets, "video", f"{self.model_type} finds each video's frames in the prompt"
+            )
         if frame_offsets is not None:
             frame_offsets = check_frame_offsets(self, frame_offsets, videos, video_offsets)
         return RequestInputs(
@@ -449,22 +453,26 @@ class Family:
             Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
             ``mm_feature.mm_position.offset``, see ``mrope.integrations.vllm.features``).
             Given for a modality (an empty list meaning "none"), its items are taken from the offsets
-            and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` and
-            must not overlap another item; its first and last placeholder tokens are checked. For
+            and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` (the
+            items in any order: they are taken in prompt order) and must not overlap another item; its
+            first and last placeholder tokens are checked. For
             ``image_offsets`` and, in families whose video is one block (Qwen2-VL, Qwen2.5-VL,
             PaddleOCR-VL, Ernie-4.5-VL), ``video_offsets``: the index of the item's first placeholder
             token. Families that split a video into frames separated by timestamp text (Qwen3-VL and its
-            kin, GLM-4.1V and its kin) find the frames in ``input_ids``; ``video_offsets[i]`` is where
-            video ``i``'s placeholder range starts (at or before its first frame), and it is checked
-            that each video's frames lie between its offset and the next one. The Omni families do not
-            take offsets. With both offsets given, a list ``input_ids`` is never converted to an array
-            (but where a frame family must find its frames: give ``frame_offsets``).
+            kin, GLM-4.1V and its kin) find the frames in ``input_ids``, in prompt order;
+            ``video_offsets[i]`` is where video ``i``'s placeholder range starts (at or before its first
+            frame), the videos in prompt order (offsets out of order are refused, naming them), and it
+            is checked that each video's frames lie between its offset and the next one. The Omni
+            families do not take offsets. With both offsets given, a list ``input_ids`` is never
+            converted to an array (but where a frame family must find its frames: give
+            ``frame_offsets``).
         audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
         use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
         frame_offsets : (num_frames,) int, optional, with ``video_offsets``; frame families only (Qwen3-VL,
             GLM-4.1V and their kin): where each video frame's placeholder tokens start, every video's
-            frames in order (vLLM: the runs of ``mm_position.is_embed``). The frames are then taken from
-            them, not found in the prompt; each frame's first and last tokens are checked.
+            frames in order (vLLM: the runs of ``mm_position.is_embed``; out of order, refused). The frames
+            are then taken from them, not found in the prompt; each frame's first and last tokens are
+            checked.
         items : list of :class:`mrope.families.PromptItem`, optional, in place of the grids, seconds and
             offsets: each image and video as ``(modality, offset, (T, H, W), seconds)`` in Python
             values, as an engine's per-item records hold them (:func:`mrope.families.inputs.split_items`
@@ -682,6 +690,20 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
             "one offset per item"
         )
     return values
+
+
+def check_prompt_order(offsets: list[int], what: str, why: str) -> None:
+    """Refuse ``{what}_offsets`` that do not increase where a family finds those items in the prompt, in
+    prompt order (``why``), pairing them with the grids in that order: offsets out of order cannot then
+    say which grid is whose. (Where each item is placed at its own offset with its own grid, offsets come
+    in any order.) O(items)."""
+    for k in range(1, len(offsets)):
+        if offsets[k] < offsets[k - 1]:
+            raise MRopeError(
+                f"{what}_offsets[{k}] = {offsets[k]} comes before {what}_offsets[{k - 1}] = "
+                f"{offsets[k - 1]}: {why}, in prompt order, so the {what}s (their offsets and grids) must be "
+                "given in prompt order"
+            )
 
 
 def as_ids(ids: Any) -> np.ndarray:

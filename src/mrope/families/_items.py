@@ -195,14 +195,19 @@ def items_at(
     interval: np.ndarray | float = 1.0,
     rounding: int = 0,
 ) -> list[BlockRow]:
-    """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`):
-    item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
-    which the first and last must be ``token_id``. One Python step per item; the prompt is not
-    scanned."""
+    """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`; in any
+    order): item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
+    which the first and last must be ``token_id``, and the tokens next to it are no ``token_id`` that no
+    item accounts for (a grid shorter than its run of placeholders, or an item missing next to it: the
+    scan refuses such a prompt too). One Python step per item, the prompt read at each item's ends and
+    their neighbours only: not scanned."""
     length = len(ids)
     steps = interval if isinstance(interval, np.ndarray) else None
     rows = []
     grid_list = grids if type(grids) is list else grids.tolist()
+    starts: set[int] | None = None  # the items' starts and ends, made where a neighbour is a placeholder
+    ends: set[int] | None = None
+    leftover = None  # the first item next to a placeholder of its kind that no item accounts for
     for i, start in enumerate(offsets):
         t, h, w = grid_list[i]
         height, width = h // merge, w // merge
@@ -220,20 +225,56 @@ def items_at(
                 f"its {end - start} placeholder tokens at [{start}, {end}), but input_ids holds "
                 f"{int(first)} and {int(last)} at {start} and {end - 1}, not the {what} token {token_id}"
             )
+        # the placeholders next to it must be items' (one starting at its end, one ending at its start)
+        if end < length and ids[end] == token_id:
+            if starts is None:
+                starts = set(offsets)
+            if end not in starts and leftover is None:
+                leftover = (i, (t, h, w), start, end, f"follows it at {end}, starting no")
+        if start > 0 and ids[start - 1] == token_id:
+            if ends is None:
+                ends = {
+                    o + g[0] * (g[1] // merge) * (g[2] // merge)
+                    for o, g in zip(offsets, grid_list, strict=True)
+                }
+            if start not in ends and leftover is None:
+                leftover = (i, (t, h, w), start, end, f"precedes it at {start - 1}, ending no")
         rows.append((start, t, height, width, _UNIT_STEP if steps is None else steps[i], rounding))
+    if leftover is not None:  # (items that overlap explain it: named as merge_items names them)
+        merge_items([rows], offsets if what == "image" else None, offsets if what == "video" else None)
+        raise _leftover(what, *leftover, token_id)
     return rows
+
+
+def _leftover(
+    what: str, i: int, grid: tuple[int, int, int], start: int, end: int, where: str, token_id: int
+) -> MRopeError:
+    """The error for item ``i`` next to a placeholder of its kind that no item accounts for."""
+    return MRopeError(
+        f"{what} {i} ({what}_grid_thw[{i}] = {grid}): {what}_offsets[{i}] = {start} puts its {end - start} "
+        f"placeholder tokens at [{start}, {end}), but the {what} token {token_id} {where} {what}: its grid "
+        "describes fewer placeholders than the prompt holds there, or the items leave one out"
+    )
 
 
 def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, merge: int) -> Blocks:
     """Frame blocks (T = 1 each) of videos whose frames' placeholders start at ``offsets`` (checked
     by :func:`._seconds.check_frame_offsets`): frame ``k`` owns ``ids[offsets[k] : offsets[k] + n_k]``, of
-    which the first and last must be ``token_id``; frames in order, not overlapping. O(frames) in C:
+    which the first and last must be ``token_id``; frames in prompt order (refused otherwise, naming the
+    order), not overlapping. O(frames) in C:
     the prompt is not scanned (a list is read at these indices only)."""
     grids, frame_of = split_frames(videos)
     height, width = grids[:, 1] // merge, grids[:, 2] // merge
     num_tokens = height * width
     ends = offsets + num_tokens
     length = len(ids)
+    back = np.flatnonzero(offsets[1:] < offsets[:-1])
+    if back.size:  # (a frame is known by its rank: the offsets cannot be sorted)
+        k = int(back[0]) + 1
+        raise MRopeError(
+            f"frame_offsets[{k}] = {offsets[k]} comes before frame_offsets[{k - 1}] = {offsets[k - 1]}: "
+            "the frames (each video's in order, video after video) must be given in prompt order"
+        )
     bad = (offsets < 0) | (ends > length)
     bad[1:] |= offsets[1:] < ends[:-1]
     if not bad.any() and offsets.size:
@@ -249,6 +290,25 @@ def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, 
             f"the prompt of {length} tokens, overlaps the frame before it, or does not start and end "
             f"with the frame token {token_id}"
         )
+    if offsets.size:  # the tokens next to each frame: no frame token that no frame accounts for
+        after, before = ends < length, offsets > 0
+        after[:-1] &= offsets[1:] != ends[:-1]  # (the next frame's start, right after it)
+        before[1:] &= ends[:-1] != offsets[1:]
+        follows, precedes = np.flatnonzero(after), np.flatnonzero(before)
+        follows = follows[_take(ids, ends[follows]) == token_id] if follows.size else follows
+        precedes = precedes[_take(ids, offsets[precedes] - 1) == token_id] if precedes.size else precedes
+        if follows.size or precedes.size:
+            k = int(min(follows[:1].tolist() + precedes[:1].tolist()))
+            video, frame = (int(v) for v in frame_of[k])
+            start, end = int(offsets[k]), int(ends[k])
+            where = f"follows it at {end}" if k in follows[:1] else f"precedes it at {start - 1}"
+            grid = tuple(videos[video].tolist())
+            raise MRopeError(
+                f"frame {frame} of video {video} (video_grid_thw[{video}] = {grid}): frame_offsets[{k}] = "
+                f"{start} puts its {end - start} placeholder tokens at [{start}, {end}), but the frame "
+                f"token {token_id} {where}, in no frame: its grid describes fewer placeholders than the "
+                "prompt holds there, or a frame is missing from frame_offsets"
+            )
     ones = np.ones(offsets.shape, dtype=np.int64)
     return Blocks(offsets, ones, height, width, ones.astype(np.float32), num_tokens)
 
@@ -256,8 +316,8 @@ def frames_at(ids: Any, token_id: int, videos: np.ndarray, offsets: np.ndarray, 
 def merge_items(
     parts: list[Blocks | list[BlockRow]], image_offsets: Any, video_offsets: Any
 ) -> Blocks | list[BlockRow]:
-    """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets) in stream
-    order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
+    """Blocks of several modalities (scanned :class:`Blocks` or rows at given offsets, in any order) in
+    stream order: rows when few, else :class:`Blocks`. Raises :class:`MRopeError` naming two items that
     overlap (only items at given offsets can)."""
     rows: list[BlockRow] = []
     many = False
@@ -277,7 +337,10 @@ def merge_items(
                     _overlap(start, image_offsets, video_offsets)
                 end = start + frames * height * width
         return rows
-    blocks = Blocks.concat([p if isinstance(p, Blocks) else blocks_from_rows(p) for p in parts])
+    # (rows at offsets given in any order are sorted, whatever their count: each carries its own grid)
+    blocks = Blocks.concat(
+        [p if isinstance(p, Blocks) else blocks_from_rows(sorted(p, key=_start_of)) for p in parts]
+    )
     bad = np.flatnonzero(blocks.start[1:] < (blocks.start + blocks.num_tokens)[:-1])
     if bad.size:
         _overlap(int(blocks.start[bad[0] + 1]), image_offsets, video_offsets)

@@ -10,7 +10,7 @@ from .._errors import MRopeError
 from ..core import BlockRow, Blocks, ItemBlocks
 from ._base import Family, as_ids
 from ._items import check_video_offsets, frames_at, items_at, merge_items, split_frames, vision_blocks
-from .inputs import RequestInputs
+from .inputs import RequestInputs, sort_order
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -101,6 +101,11 @@ class Glm4V(Family):
             )
             check_video_offsets(frames, videos, video_offsets)
             return merge_items([images_at, frames], image_offsets, video_offsets)
+        # the scan pairs the images it finds, in prompt order, with the grids: offsets given in any order
+        # (each with its grid) are taken in prompt order, as items at their offsets are
+        order = None if image_offsets is None else sort_order(image_offsets)
+        if order is not None:
+            images, image_offsets = images[order], [image_offsets[k] for k in order]
         rows = np.array([0, len(ids)], dtype=np.int64)
         image_blocks, frame_blocks = self.image_and_frame_blocks(
             as_ids(ids), rows[:1], rows[1:], images, videos
@@ -109,10 +114,11 @@ class Glm4V(Family):
             found = image_blocks.start.tolist()
             bad = next((i for i, (a, b) in enumerate(zip(found, image_offsets, strict=True)) if a != b), None)
             if bad is not None:
+                given = bad if order is None else order[bad]  # (the caller's index)
                 grid = tuple(int(g) for g in images[bad])
                 raise MRopeError(
-                    f"image {bad} (image_grid_thw[{bad}] = {grid}) was found at {found[bad]}, but "
-                    f"image_offsets[{bad}] = {image_offsets[bad]}"
+                    f"image {given} (image_grid_thw[{given}] = {grid}) was found at {found[bad]}, but "
+                    f"image_offsets[{given}] = {image_offsets[bad]}"
                 )
         if video_offsets is not None:
             check_video_offsets(frame_blocks, videos, video_offsets)

@@ -213,13 +213,15 @@ class GlmImage(Family):
         Raises
         ------
         MRopeError
-            As :meth:`positions`; tokens to generate that would reach past the largest position
-            (2**31 - 1).
+            What :meth:`positions` refuses, with its message (grids or not: a complete image without its
+            grid, markers that do not alternate); tokens to generate that would reach past the largest
+            position (2**31 - 1).
         """
         inputs = self.request_inputs(input_ids, image_grid_thw)
+        # the prompt's checks first, grids or not: what positions() refuses is refused here the same way
+        blocks, _, complete = self.complete_images(inputs)
         if not len(inputs.images):
             return np.zeros((3, 0), dtype=np.int64)
-        blocks, _, complete = self.complete_images(inputs)
         following = len(inputs.ids) + int(place(blocks, *inputs.rows(), self.compat).delta[0])
         made, length = self.generated_images(inputs, int(complete[0]))
         if following + length > LARGEST_POSITION:

@@ -139,8 +139,9 @@ def item_list(items: Any) -> list[Any] | tuple[Any, ...]:
 
 def split_items(items: Any) -> SplitItems:
     """``items`` by modality, each value a Python int (or float), checked for its kind: a modality of
-    ``"image"`` or ``"video"``, an integer offset, three integers of grid, seconds for videos only. The
-    values' rules (grids, seconds, offsets in the prompt) are the family's checks."""
+    ``"image"`` or ``"video"``, an integer offset, three integers of grid (within int64), seconds for
+    videos only; each modality's items in prompt order (:func:`sort_order`). The values' rules (grids,
+    seconds, offsets in the prompt) are the family's checks."""
     images: list[list[int]] = []
     videos: list[list[int]] = []
     image_offsets: list[int] = []
@@ -163,16 +164,24 @@ def split_items(items: Any) -> SplitItems:
         if type(values[0]) is not int or type(values[1]) is not int or type(values[2]) is not int:
             values = int_list(values, name=f"items[{i}].grid")
         if modality == "video":
+            _check_int64(values, "video", len(videos))
             videos.append(values)
             video_offsets.append(offset)
             seconds.append(second)
         elif modality == "image":
             if second is not None:
                 raise MRopeError(f"items[{i}] is an image with seconds {second!r}: only videos have seconds")
+            _check_int64(values, "image", len(images))
             images.append(values)
             image_offsets.append(offset)
         else:
             raise MRopeError(f"items[{i}] has modality {modality!r}: 'image' or 'video'")
+    order = sort_order(image_offsets)  # each modality in prompt order, whatever the order given
+    if order is not None:
+        images, image_offsets = [images[k] for k in order], [image_offsets[k] for k in order]
+    order = sort_order(video_offsets)
+    if order is not None:
+        videos, video_offsets, seconds = ([x[k] for k in order] for x in (videos, video_offsets, seconds))
     if seconds.count(None) == len(seconds):  # none given
         return SplitItems(images, videos, image_offsets, video_offsets, None)
     given = [
@@ -180,6 +189,17 @@ def split_items(items: Any) -> SplitItems:
         for j, x in enumerate(seconds)
     ]
     return SplitItems(images, videos, image_offsets, video_offsets, given)
+
+
+def sort_order(offsets: list[int]) -> list[int] | None:
+    """The order that sorts one modality's items by ``offsets`` (stable: items at one offset keep their
+    order, and then overlap), or None where they already increase. Items and offsets may come in any
+    order, each pairing with its own grid (and seconds): every path takes them in prompt order, as the
+    scan finds them (one rule for any count of items). O(items) where already sorted."""
+    for k in range(1, len(offsets)):
+        if offsets[k] < offsets[k - 1]:
+            return sorted(range(len(offsets)), key=offsets.__getitem__)
+    return None
 
 
 def items_as_inputs(items: Any) -> dict[str, Any]:
@@ -193,6 +213,20 @@ def items_as_inputs(items: Any) -> dict[str, Any]:
         "image_offsets": split.image_offsets,
         "video_offsets": split.video_offsets,
     }
+
+
+def _check_int64(grid: list[int], what: str, j: int) -> None:
+    """Refuse a grid value (Python ints) beyond int64, naming it as the array inputs do (item ``j`` of its
+    modality ``what``): the same values as arrays are refused with the same message. (An offset beyond it
+    lies outside the prompt, which the placement names, as for the arrays.)"""
+    t, h, w = grid
+    if min(t, h, w) >= _INT64_MIN and max(t, h, w) <= _INT64_MAX:
+        return
+    k, value = next((k, v) for k, v in enumerate(grid) if not _INT64_MIN <= v <= _INT64_MAX)
+    raise MRopeError(f"{what}_grid_thw[{j}, {k}] = {value} does not fit in int64 (the integers mrope reads)")
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _one_int(value: Any, name: str) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._backends import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
 from .._errors import MRopeError
-from ._state import DEAD, MAX_INDEX, PLEN
+from ._state import DEAD, MAX_INDEX, PLEN, SlotState
 
 SIGN = -(1 << 63)  # ``x ^ SIGN`` orders int64 values as unsigned: negative ones after every bound
 INT64 = np.dtype(np.int64)
@@ -128,13 +128,12 @@ def as_index(x: Any, name: str) -> np.ndarray:
     return arr if arr.dtype in INDEX_DTYPES else arr.astype(np.int64)
 
 
-def check_max(last: np.ndarray, max_position: int) -> None:
-    """``last``: per request, the position of its last index (see :meth:`PositionTable.fill`)."""
-    if last.max() >= max_position:
+def check_max(last: np.ndarray, state: SlotState) -> None:
+    """``last``: per request, the position of its last index (see :meth:`PositionTable.fill`), below the
+    state's bound (its ``max_position``, named by its ``bound_text``)."""
+    if last.max() >= state.max_position:
         i = int(np.argmax(last))
-        raise MRopeError(
-            f"request {i} of the step reaches position {last[i]}, beyond max_position {max_position}"
-        )
+        raise MRopeError(f"request {i} of the step reaches position {last[i]}, beyond {state.bound_text}")
 
 
 def refuse_prompt_decode(slots: np.ndarray, index: np.ndarray, length: np.ndarray) -> None:

@@ -40,8 +40,9 @@ def fill_float(
         refuse_prompt_decode(slots, nc, info[PLEN])
     check_out(out, num, num_tokens, FLOAT32)
     delta = state.deltas.take(column, mode="clip")
-    if state.max_position is not None:  # the last index's position (the int64 step's rule)
-        check_max((nc + ns - 1 + delta).astype(np.float32), state.max_position)
+    # the last index's position (the int64 step's rule), as float32 rounds it (float32 holds the integers
+    # below the table's bound, 2**24 at most: a position that rounds to it is refused)
+    check_max((nc + ns - 1 + delta).astype(np.float32), state)
     if num == 0:
         return 0
     col0 = np.cumsum(ns)

@@ -28,6 +28,7 @@ from ._state import DEAD, DELTA, KEY, PLEN, SlotState
 #: rows of the per-request scratch: LAST (end + delta), END (num_computed + num_scheduled), NC and NS
 #: (count ^ SIGN), then the slots' info rows (PLEN, DELTA, KEY) from INFO on
 LAST, END, NC, NS, INFO = range(5)
+_INT32_MAX = (1 << 31) - 1
 
 
 class NumpyStep:
@@ -42,7 +43,7 @@ class NumpyStep:
         self._floats = state.floats
         self._max_slots = state.max_slots
         self._max_index = state.max_index  # sequence indices stay below
-        self._max_position = state.max_position
+        self._max_position = state.max_position  # positions stay below (``state.index_limit``: see fill)
         self._unsigned_bound = state.max_index ^ SIGN  # the bound of counts ``^ SIGN`` (see fill)
         self._flags = np.empty(0, dtype=bool)
         self._grow_scratch(64)
@@ -99,7 +100,8 @@ class NumpyStep:
         # per-request scratch: rows LAST (end + delta), END (num_computed + num_scheduled),
         # NC and NS (count ^ SIGN: counts ordered as unsigned, a negative one above every bound, so
         # that one max checks both ends and ``end`` cannot wrap), then the slots' info
-        # (PLEN, DELTA, KEY), taken there: one max over rows LAST ... PLEN checks every bound
+        # (PLEN, DELTA, KEY), taken there: one max over rows END ... PLEN checks every bound (LAST only
+        # where a last index reaches the state's index limit)
         scratch = self._slot_info[:, :n]
         # slot s's info is column s + 1; columns 0 and max_slots + 1 are free that catch
         # out-of-range slots (mode="clip"), so one take validates slots too
@@ -110,23 +112,22 @@ class NumpyStep:
         # times cheaper than a ufunc and a count
         ones = self._ones if ns.dtype is INT64 else self._ones32
         if ns.tobytes() == ones[: ns.itemsize * n] and before.tobytes() == self._zeros[:n]:
-            # the last index below the bound (an int32 index always is)
-            if nc.dtype is not INT32 and np.maximum.reduce(nc) >= self._max_index:
+            # below the state's index limit, every index is below the table's bound and its position
+            # below max_position (an int32 index is below the limit unless a delta is positive)
+            limit = self._state.index_limit
+            beyond = (nc.dtype is not INT32 or limit <= _INT32_MAX) and np.maximum.reduce(nc) >= limit
+            if beyond:
                 validate(self._max_slots, slots, nc, ns, info, self._max_index, seq_lens)
             check_out(out, n, num_tokens)
             position = np.add(nc, info[DELTA], out=index)
-            if self._max_position is not None:
-                check_max(position, self._max_position)
+            if beyond:
+                check_max(position, self._state)
             render_tail(out[:, :n], position)
             return n
         end = np.add(nc, ns, out=scratch[END], dtype=np.int64)
         np.bitwise_xor(nc, SIGN, out=scratch[NC], dtype=np.int64)
         np.bitwise_xor(ns, SIGN, out=scratch[NS], dtype=np.int64)
-        if self._max_position is None:
-            highest = [0, *np.maximum.reduce(scratch[END : INFO + 1], axis=1).tolist()]
-        else:
-            np.add(end, info[DELTA], out=scratch[LAST])
-            highest = np.maximum.reduce(scratch[: INFO + 1], axis=1).tolist()
+        highest = [0, *np.maximum.reduce(scratch[END : INFO + 1], axis=1).tolist()]
         if (
             highest[INFO] == DEAD
             or highest[NC] > self._unsigned_bound
@@ -140,14 +141,18 @@ class NumpyStep:
         num = int(cum[-1])
         check_out(out, num, num_tokens)
         # the last index's position (inside the prompt, it is at most the prompt's largest, checked at
-        # add); requests without scheduled tokens too: one rule on every path
-        if self._max_position is not None and highest[LAST] > self._max_position:
-            check_max(scratch[LAST] - 1, self._max_position)
+        # add); requests without scheduled tokens too: one rule on every path. Only a last index at or
+        # past the state's index limit can reach max_position (see :meth:`SlotState.insert`)
+        last = None
+        if highest[END] > self._state.index_limit:
+            last = np.add(end, info[DELTA], out=scratch[LAST])
+            if np.maximum.reduce(last) > self._max_position:
+                check_max(last - 1, self._state)
         if num == 0:
             return 0
         # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
         if before.tobytes() == self._zeros[:n]:  # every token past its prompt: the decode tail
-            if self._max_position is None:
+            if last is None:
                 np.add(end, info[DELTA], out=scratch[LAST])
             # each request's delta is folded into its first index (one add per request, not per token)
             index = np.subtract(scratch[LAST], cum, out=scratch[LAST]).repeat(ns)

@@ -8,7 +8,9 @@
   range (a clipped ``take`` reads ``DEAD`` there);
 - ``deltas`` (max_slots + 2) float64, float32 tables only: the decode offsets (float32 values);
 - ``pool`` (:class:`._pool.Pool`): every live request's segments, flat;
-- the bounds every path checks: ``max_index`` (sequence indices stay below it) and ``max_position``;
+- the bounds every path checks: ``max_index`` (sequence indices stay below it) and ``max_position``
+  (positions stay below it: the table's ``max_position``, or less, :func:`position_bound`), with
+  ``index_limit``, below which an index's position needs no check (:meth:`SlotState.insert`);
 - ``lock``: held by every public call of the table (the numpy step's scratch is shared too);
 - ``num_dims`` and ``rows``: the rows of positions of the table's requests, and how they follow from
   the rendered rows (:class:`mrope.core.SegmentRows`; None: the rendered rows (t, h, w) as they are,
@@ -25,6 +27,7 @@ import threading
 
 import numpy as np
 
+from ..core.place import LARGEST_POSITION
 from ..core.rows import SegmentRows
 from ._pool import SHIFT, Floats, Number, Pool, Segments, Span
 
@@ -32,6 +35,11 @@ MAX_INDEX = 1 << 32  # sequence indices must stay below 2**32 (the pool's keys a
 # float32 tables: below 2**24 every index is a float32 value, so ``index + delta`` rounds once, as
 # transformers' float32 ``index + delta`` does
 FLOAT_MAX_INDEX = 1 << 24
+#: positions a table hands out stay below this (exclusive) whatever its ``max_position``: mrope's largest
+#: position + 1 (2**31: an engine may narrow positions to int32); float32 tables 2**24, below which every
+#: integer is a float32 value (beyond, float32 rounds positions: refused, as indices are)
+POSITION_BOUND = LARGEST_POSITION + 1
+FLOAT_POSITION_BOUND = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free slot: no index is ever "past" it
 #: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry
 #: is named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
@@ -50,7 +58,13 @@ class SlotState:
         self.rows: SegmentRows | None = None if num_dims == 3 else SegmentRows(num_dims - 3)
         self.floats = floats
         self.max_index = FLOAT_MAX_INDEX if floats else MAX_INDEX
-        self.max_position = max_position
+        #: positions stay below it (exclusive), on every path; ``bound_text`` names it in messages
+        self.max_position, self.bound_text = position_bound(max_position, floats)
+        #: the largest delta a live request may have (never lowered: a bound, not the maximum), and the
+        #: index below which ``index + delta`` stays below ``max_position`` for every live request past
+        #: its prompt (the int64 numpy step checks positions only from it on)
+        self.max_delta: int | float | None = None
+        self.index_limit = self.max_index
         self.info = np.zeros((3, max_slots + 2), dtype=np.int64)
         self.info[PLEN] = DEAD
         self._info_items = memoryview(self.info)  # one value at a time: cheaper than numpy's indexing
@@ -79,6 +93,9 @@ class SlotState:
         info. Returns the range of pool entries written (``lo``, ``hi``: the slot's, and a replaced
         request's that became free) and whether the pool was compacted (every entry may have moved)."""
         lo, hi, moved = self.pool.put(slot, ints, floats, length, delta)
+        if self.max_delta is None or delta > self.max_delta:
+            self.max_delta = delta
+            self.index_limit = min(self.max_index, int(self.max_position - delta))
         if moved:
             self.rekey()
         info, column = self._info_items, slot + 1
@@ -108,3 +125,15 @@ class SlotState:
         """After compaction: the live slots' keys moved with their entries."""
         live, first = self.pool.live()
         self.info[KEY, live + 1] = first << SHIFT
+
+
+def position_bound(max_position: int | None, floats: bool) -> tuple[int, str]:
+    """The exclusive bound on the positions of a table of ``max_position`` (None: not given) and dtype
+    (``floats``: float32), and how messages name it: ``max_position`` where it is the lower one, else
+    :data:`POSITION_BOUND` (:data:`FLOAT_POSITION_BOUND` for float32 tables)."""
+    bound = FLOAT_POSITION_BOUND if floats else POSITION_BOUND
+    if max_position is not None and max_position <= bound:
+        return max_position, f"max_position {max_position}"
+    if floats:
+        return bound, "what a float32 table holds exactly (positions below 2**24)"
+    return bound, f"the largest position mrope hands out, {LARGEST_POSITION} (2**31 - 1)"

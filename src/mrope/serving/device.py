@@ -250,9 +250,9 @@ class DeviceTable:
         ok &= (nc >= 0) & (ns >= 0) & (nc <= max_index) & (ns <= max_index - nc) & (ends <= num)
         if first is not None:
             ok &= first >= 0
-        if self.state.max_position is not None:  # the last index's position (the host path's rule)
-            last = nc + ns - 1 + delta
-            ok &= (last if self.delta is None else last.to(torch.float32)) < self.state.max_position
+        # the last index's position below the table's bound (the host path's rule; every table has one)
+        last = nc + ns - 1 + delta
+        ok &= (last if self.delta is None else last.to(torch.float32)) < self.state.max_position
         self.errors.add_(torch.logical_not(ok).sum())
         if num == 0:
             return
@@ -315,8 +315,7 @@ class DeviceTable:
         index = lens - 1
         ok &= (index >= info[PLEN]) & (index < self.state.max_index)
         pos = render_tail(index, delta)  # float32 in a float32 table: one rounding of the float64 sum
-        if self.state.max_position is not None:
-            ok &= pos[0] < self.state.max_position
+        ok &= pos[0] < self.state.max_position  # (every table has a bound on positions)
         self.errors.add_(torch.logical_not(ok).sum())
         num_dims = self.num_dims
         if num_dims != 3:  # every row the same past the prompt

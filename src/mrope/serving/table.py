@@ -99,7 +99,10 @@ class PositionTable:
         The numpy path (numpy ``out``) is always available.
     max_position : int, optional
         Exclusive bound on positions (e.g. the size of the model's cos/sin cache), below 2**63: adding
-        a request, or filling a step, that would reach it raises :class:`MRopeError`.
+        a request, or filling a step, that would reach it raises :class:`MRopeError`. Whatever it is, a
+        table hands out no position past 2**31 - 1, the largest position mrope hands out (an engine may
+        narrow positions to int32), and a float32 table none from 2**24 on (float32 rounds larger
+        integers): those bound every table, ``max_position`` given or not.
     pool_capacity : int, optional
         Initial number of segment entries of the pool (default ``8 * max_requests + 64``; a request
         takes its segments + 1), at most 2**31 (the entries its keys index). When an :meth:`add` does
@@ -113,8 +116,10 @@ class PositionTable:
         transformers' float32 arithmetic: a prompt position is ``family.positions()``'s float32 value
         (each rounded once from the exact ``t0 + offset``), and an index ``j`` past the prompt gets
         ``float32(j) + delta`` in float32, ``delta`` being float32 too; sequence indices stay below
-        2**24, where ``float32(j)`` is exact (beyond it :class:`MRopeError`). Other families go into a
-        float32 table too (their positions as float32, exact below 2**24). The int64 path is not
+        2**24, where ``float32(j)`` is exact (beyond it :class:`MRopeError`), and so do positions (a
+        prompt reaching 2**24, e.g. a video of large ``second_per_grid_ts``, or an index whose ``index +
+        delta`` would, is refused: float32 would round it). Other families go into a float32 table too
+        (their positions as float32, exact: all below 2**24). The int64 path is not
         slowed down by float32 tables: each table has one dtype and one step.
     backend : ``"auto"`` (default), ``"numba"`` or ``"numpy"``
         How an int64 table's numpy-path :meth:`fill` and :meth:`decode` run: ``"numba"`` compiles the
@@ -373,8 +378,9 @@ class PositionTable:
             positions are not the table's (its ``num_dims``, or their order after the first request's);
             anything :meth:`Family.segments` refuses (audio inputs to a family without audio among them,
             offsets that do not fit the prompt); a
-            Qwen3-Omni request in an int64 table; positions reaching ``max_position``; a float32
-            table's prompt of 2**24 tokens or more. The table is then unchanged.
+            Qwen3-Omni request in an int64 table; positions reaching ``max_position``, or past 2**31 - 1
+            (float32 tables: reaching 2**24); a float32 table's prompt of 2**24 tokens or more. The
+            table is then unchanged.
 
         Notes
         -----
@@ -499,7 +505,8 @@ class PositionTable:
             A slot out of range or not live, a negative count, arrays of different lengths, ``out`` too
             small or not (num_dims, n) of the table's dtype, a last index ``num_computed + num_scheduled - 1``
             reaching the table's bound (2**32; float32 tables 2**24) or whose position ``index + delta``
-            reaches ``max_position`` (every request's, also one with no token scheduled). Nothing is
+            reaches ``max_position`` or passes 2**31 - 1 (float32 tables: reaches 2**24; every
+            request's last index, also one with no token scheduled). Nothing is
             written. The torch path raises for shapes and dtypes only: bad values there are counted on
             the device (no host synchronization), their columns written as 0, and :meth:`check` raises.
         """
@@ -690,9 +697,9 @@ class PositionTable:
                     f"prompt of slot {slot} has {length} tokens, at most {self.max_index - 1} are supported"
                     + (" in a float32 table" if self._floats else "")
                 )
-            if self.max_position is not None and largest >= self.max_position:
+            if largest >= self._state.max_position:  # the bound of every table (see position_bound)
                 reach = source.format(largest=largest)
-                raise MRopeError(f"slot {slot}: {reach}, beyond max_position {self.max_position}")
+                raise MRopeError(f"slot {slot}: {reach}, beyond {self._state.bound_text}")
             lo, hi, moved = self._state.insert(slot, ints, floats, length, delta)
             if self._family_rows is None:  # the first request: the steps apply its rows from now on
                 self._family_rows = rows
@@ -773,7 +780,6 @@ class PositionTable:
             or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
         ):
             return -1
-        max_position = self.max_position
         num = step(  # the kernel checks the arrays' lengths (and returns -1)
             out,
             slots,
@@ -782,7 +788,7 @@ class PositionTable:
             decode,
             self._info,
             self._pool.data,
-            -1 if max_position is None else max_position,
+            self._state.max_position,  # (the table's bound, always one: see _state.position_bound)
             self.max_index,
             -1 if num_tokens is None else num_tokens,
         )
