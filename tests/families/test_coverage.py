@@ -5,13 +5,16 @@ supported or added to ``KNOWN_UNSUPPORTED``.
 """
 
 import ast
+import dataclasses
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
 import mrope
-from mrope.families import REGISTRY
+from mrope.families import NESTED_CONFIGS, REGISTRY, config_to_dict
+from mrope.families._base import BASE_FIELDS
 from support.peers import FAMILY_SETUPS, TRANSFORMERS_MODELS, require_module
 
 transformers = require_module("transformers")
@@ -118,3 +121,82 @@ def test_every_supported_type_is_in_the_family_table_with_a_prompt_layout():
             assert model_type in tabled, (
                 f"{model_type} is not in the family table (support.peers.FAMILY_SETUPS)"
             )
+
+
+#: settings a family defaults that no transformers config class of its model fills in, and whose default
+#: the family's is (a peer's, or the checkpoints' where no peer has one)
+OTHER_DEFAULTS = {
+    (
+        "qwen2_5_omni",
+        "tokens_per_second",
+    ): "vLLM's: it reads vision_config.tokens_per_second, 25 where absent",
+    (
+        "qwen2_5_omni",
+        "vision_start_token_id",
+    ): "the checkpoints' thinker config (transformers' thinker config "
+    "class has no such field, its talker class defaults it to the same 151652; vLLM does not read it)",
+    ("qwen3_omni_moe", "vision_start_token_id"): "as Qwen2.5-Omni's",
+}
+
+
+def _defaults(cls: type) -> dict:
+    """The settings ``cls`` defaults, and their defaults."""
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(cls)
+        if f.init and f.name not in BASE_FIELDS and f.default is not dataclasses.MISSING
+    }
+
+
+def test_every_default_setting_is_the_one_transformers_fills_in():
+    """A config that leaves a setting out means what transformers' config class fills in (what vLLM and
+    SGLang then read from the loaded config): every setting a family defaults has that default, or, where
+    transformers' class has no such field, the one listed with its source. No setting is guessed."""
+    checked = set()
+    for model_type in mrope.supported_model_types():
+        cls = REGISTRY[model_type]
+        defaults = _defaults(cls)
+        if not defaults or model_type in VLLM_PEER_ONLY:
+            continue
+        top = model_type.removesuffix("_thinker")
+        cfg = config_to_dict(transformers.AutoConfig.for_model(top))
+        for key in NESTED_CONFIGS:
+            if isinstance(cfg.get(key), dict):
+                cfg = dict(cfg[key])
+        found = cls.read_settings(cls.unwrap_config(cfg))
+        for name, default in defaults.items():
+            if name in found:
+                theirs = found[name]
+                assert theirs == default, (
+                    f"{model_type}: {name} defaults to {default!r}, transformers' to {theirs!r}"
+                )
+            else:
+                assert (top, name) in OTHER_DEFAULTS, (
+                    f"{model_type}: {name} defaults to {default!r}, which no transformers config fills in: "
+                    "refuse it (no default) or list whose default it is in OTHER_DEFAULTS"
+                )
+            checked.add((top, name))
+    assert ("qwen2_5_vl", "tokens_per_second") in checked
+    assert set(OTHER_DEFAULTS) <= checked, "listed defaults that no family has"
+
+
+def test_a_config_dict_without_tokens_per_second_reads_as_autoconfig_does():
+    """The issue's case: a Qwen2.5-VL ``config.json`` without ``vision_config.tokens_per_second``, read as
+    a dict and through transformers' config class, gives one family and transformers' positions."""
+    from support import peers
+    from support.strategies import Video, build_prompt, text
+
+    torch = pytest.importorskip("torch")
+    config = peers.transformers_config("qwen2_5_vl").to_dict()
+    del config["vision_config"]["tokens_per_second"]
+    loaded = transformers.Qwen2_5_VLConfig.from_dict(config)
+    as_dict, as_loaded = mrope.from_config(config), mrope.from_config(loaded)
+    assert as_dict.tokens_per_second == as_loaded.tokens_per_second == loaded.vision_config.tokens_per_second
+    family = mrope.from_config(config, compat="transformers")
+    prompt = build_prompt(family, [text(2), Video(6, 1, 1), text(2)], [0.5])
+    seconds = torch.tensor(prompt.second_per_grid_ts)
+    grids = {"video_grid_thw": torch.tensor(prompt.video_grid_thw)}
+    ids = torch.tensor([prompt.input_ids])
+    expected, _ = peers.transformers_rope_index(family, loaded, ids, second_per_grid_ts=seconds, **grids)
+    positions, _ = family.positions(prompt.input_ids, second_per_grid_ts=seconds, **grids)
+    np.testing.assert_array_equal(positions, expected[:, 0].numpy())

@@ -32,9 +32,12 @@ require_module("transformers")
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
+from mrope.families import PromptItem  # noqa: E402
+from mrope.families.inputs import items_as_inputs  # noqa: E402
 from mrope.integrations import transformers as mt  # noqa: E402
 from mrope.serving import PositionTable  # noqa: E402
 from support import peers, tiny_vlms  # noqa: E402
+from support.offsets import item_offsets  # noqa: E402
 from support.strategies import SECONDS, Image, Video, batches, build_prompt, prompts, text  # noqa: E402
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
@@ -206,6 +209,96 @@ def test_a_dtype_transformers_arithmetic_is_not_emulated_for_is_refused():
     families["vllm"].positions(
         prompt.input_ids, video_grid_thw=prompt.video_grid_thw, second_per_grid_ts=seconds
     )
+
+
+# -- items: PromptItem.seconds keeps its dtype ---------------------------------------------------------------
+def _items(family, prompt, seconds: list[Any]) -> list[PromptItem]:
+    """The prompt's items (prompt order), video ``i`` with ``seconds[i]``."""
+    images, videos = item_offsets(family, prompt.input_ids, prompt.video_grid_thw)
+    items = [PromptItem("image", o, g) for o, g in zip(images, prompt.image_grid_thw, strict=True)]
+    return items + [
+        PromptItem("video", o, g, s) for o, g, s in zip(videos, prompt.video_grid_thw, seconds, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("rate", RATES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_items_seconds_keep_their_dtype(rate, dtype, data):
+    """``PromptItem.seconds`` given as a tensor value (or a numpy one) means what the same values as
+    ``second_per_grid_ts`` of that dtype mean: transformers' time in that dtype, element for element
+    (frame 257 of a bfloat16 video included), on the rule on items (Qwen2.5-VL), the array inputs they
+    convert to (:func:`items_as_inputs`) and the table; under ``compat="vllm"`` the values alone."""
+    config, families = qwen2_5_vl(rate)
+    family = families["transformers"]
+    prompt = data.draw(prompts(family, max_images=1, max_videos=2, **LONG), label="prompt")
+    if not prompt.video_grid_thw:
+        return
+    values = draw_seconds(data, len(prompt.video_grid_thw), [])
+    seconds = torch.tensor(values, dtype=dtype)
+    grids = torch_grids(prompt.kwargs())
+    grids.pop("second_per_grid_ts", None)
+    ids = torch.tensor([prompt.input_ids])
+    expected, deltas = transformers_rope_index(family, config, ids, second_per_grid_ts=seconds, **grids)
+    expected, delta = expected[:, 0].numpy(), int(deltas[0, 0])
+    numpy_dtype = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}.get(dtype)
+    givens = {"tensor": list(seconds), "one-value tensor": [s.reshape(1) for s in seconds]}
+    if numpy_dtype is not None:
+        givens["numpy"] = list(np.array(values, dtype=numpy_dtype))
+    for how, as_given in givens.items():
+        items = _items(family, prompt, as_given)
+        context = f"{how} {dtype}, rate {rate}, seconds {seconds.tolist()}: {prompt.describe()}"
+        for got, got_delta in (
+            family.positions(prompt.input_ids, items=items),
+            family.positions(prompt.input_ids, **items_as_inputs(items)),
+        ):
+            np.testing.assert_array_equal(got, expected, err_msg=context)
+            assert got_delta == delta, context
+        table = PositionTable(1, backend="numpy")
+        table.add(0, family, prompt.input_ids, items=items)
+        out = np.zeros(expected.shape, dtype=np.int64)
+        table.fill(out, np.array([0]), np.array([0]), np.array([expected.shape[1]]))
+        np.testing.assert_array_equal(out, expected, err_msg=f"table, {context}")
+        for name in ("vllm", "vllm64"):  # the values, whatever the dtype
+            same = families[name].positions(prompt.input_ids, second_per_grid_ts=seconds.double(), **grids)
+            got = families[name].positions(prompt.input_ids, items=items)
+            np.testing.assert_array_equal(got[0], same[0], err_msg=f"{name}, {context}")
+
+
+def test_items_integer_seconds_stay_integers_and_dtypes_do_not_mix():
+    """Python int seconds are a list of ints (transformers' integer arithmetic, exact past float32's
+    2**24), as ``second_per_grid_ts=[100001, 7]``; seconds of different dtypes mean no one array: refused,
+    naming them."""
+    config, families = qwen2_5_vl(2)
+    family = families["transformers"]
+    prompt = build_prompt(family, [text(2), Video(300, 1, 1), text(1), Video(40, 2, 1), text(2)])
+    grids = {"video_grid_thw": prompt.video_grid_thw}
+    expected = family.positions(prompt.input_ids, second_per_grid_ts=[100001, 7], **grids)
+    got = family.positions(prompt.input_ids, items=_items(family, prompt, [100001, 7]))
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1] == expected[1]
+    bf16 = torch.tensor(1.3, dtype=torch.bfloat16)
+    for mixed, named in (
+        ([bf16, 0.5], r"bfloat16 \(video 0\) and float32 \(a Python float, as a list\) \(video 1\)"),
+        ([np.float16(0.5), bf16], r"float16 \(video 0\) and bfloat16 \(video 1\)"),
+        (
+            [7, torch.tensor(0.5)],
+            r"float32 \(video 1\) and int \(a Python int, as a list\) \(video 0\)|"
+            r"int \(a Python int, as a list\) \(video 0\) and float32 \(video 1\)",
+        ),
+    ):
+        table = PositionTable(1)
+        table.add(0, family, [1, 2, 3])
+        for call in (
+            lambda m=mixed: family.positions(prompt.input_ids, items=_items(family, prompt, m)),
+            lambda m=mixed, table=table: table.add(
+                0, family, prompt.input_ids, items=_items(family, prompt, m), replace=True
+            ),
+        ):
+            with pytest.raises(MRopeError, match="the videos' seconds come in different dtypes: " + named):
+                call()
+        assert table.prompt_length(0) == 3
 
 
 # -- compat="vllm": the dtype is not read --------------------------------------------------------------------

@@ -477,7 +477,8 @@ class Family:
             offsets: each image and video as ``(modality, offset, (T, H, W), seconds)`` in Python
             values, as an engine's per-item records hold them (:func:`mrope.families.inputs.split_items`
             says what each must be). They mean what the same values as arrays mean and are checked as
-            those are; a family with a rule on items (:attr:`rule_on_items`: Qwen2-VL, Qwen2.5-VL,
+            those are (a video's seconds as a tensor or numpy value keep its dtype, seconds of mixed
+            dtypes are refused); a family with a rule on items (:attr:`rule_on_items`: Qwen2-VL, Qwen2.5-VL,
             PaddleOCR-VL) checks and places a few of them without building an array (a serving
             engine's admission), the others convert them.
         **extra_inputs : the inputs of a family that takes others than these (its :attr:`extra_inputs`:

@@ -17,7 +17,7 @@ import numpy as np
 from .._backends import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
-from .inputs import Seconds
+from .inputs import Seconds, seconds_dtype
 
 if TYPE_CHECKING:
     from ._base import Family
@@ -42,7 +42,7 @@ def check_second_per_grid_ts(family: Family, seconds: Any, videos: np.ndarray) -
         if dtype.kind not in "iuf":
             raise MRopeError(f"second_per_grid_ts must be numbers, got dtype {dtype}")
         values = arr if dtype is _FLOAT64 else arr.astype(np.float64)
-        checked = Seconds(values, _dtype_of(seconds, dtype))
+        checked = Seconds(values, seconds_dtype(seconds, dtype))
         given = values.tolist()
     if given is not None or (family.uses_second_per_grid_ts and len(videos)):
         check_seconds(family, given, [t for t, _, _ in videos.tolist()])
@@ -102,23 +102,4 @@ def check_frame_offsets(
     return offsets
 
 
-def _dtype_of(given: Any, values_dtype: np.dtype) -> str:
-    """The dtype of seconds as given (see :class:`Seconds`), from the dtype numpy read them in: ``"int"``
-    for integers, a tensor's or an array's own floating dtype (a bfloat16 tensor reaches numpy as
-    float32), ``"float32"`` for a list."""
-    if values_dtype.kind in "iu":
-        return "int"
-    dtype = getattr(given, "dtype", None)
-    if dtype is None:
-        return "float32"
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:  # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
-        name = dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
-        if len(_DTYPE_NAMES) < 64:
-            _DTYPE_NAMES[dtype] = name
-    return name
-
-
-#: dtype names by dtype object (numpy's and torch's), as :func:`_dtype_of` found them
-_DTYPE_NAMES: dict[Any, str] = {}
 _FLOAT64 = np.dtype(np.float64)

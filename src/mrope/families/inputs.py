@@ -107,17 +107,22 @@ class PromptItem(NamedTuple):
     modality: str  # "image" or "video"
     offset: int  # where its placeholders start in input_ids (as image_offsets, video_offsets)
     grid: tuple[int, int, int] | list[int]  # (T, H, W) before merging
-    seconds: float | None = None  # a video's second_per_grid_ts; None: not given (1 second)
+    #: a video's second_per_grid_ts: a Python number, or a one-value array or tensor whose dtype is kept
+    #: (under ``compat="transformers"`` the dtype of a video's time arithmetic, as ``second_per_grid_ts``'s
+    #: is); None: not given (1 second)
+    seconds: Any = None
 
 
 class SplitItems(NamedTuple):
-    """A prompt's :class:`PromptItem` values by modality, each in the order given (Python values)."""
+    """A prompt's :class:`PromptItem` values by modality, each in prompt order (Python values)."""
 
     images: list[list[int]]  # (T, H, W) of each image
     videos: list[list[int]]
     image_offsets: list[int]
     video_offsets: list[int]
-    seconds: list[float] | None  # each video's seconds (1.0 where a video has none); None: no video has
+    seconds: list[float] | None  # each video's seconds (1 where a video has none); None: no video has
+    #: the dtype the seconds mean, as :attr:`Seconds.dtype` (:func:`split_items`); None with no seconds
+    seconds_dtype: str | None = None
 
 
 def item_list(items: Any) -> list[Any] | tuple[Any, ...]:
@@ -184,11 +189,99 @@ def split_items(items: Any) -> SplitItems:
         videos, video_offsets, seconds = ([x[k] for k in order] for x in (videos, video_offsets, seconds))
     if seconds.count(None) == len(seconds):  # none given
         return SplitItems(images, videos, image_offsets, video_offsets, None)
-    given = [
-        x if type(x) is float else 1.0 if x is None else _one_float(x, f"seconds of video {j}")
-        for j, x in enumerate(seconds)
-    ]
-    return SplitItems(images, videos, image_offsets, video_offsets, given)
+    return SplitItems(images, videos, image_offsets, video_offsets, *_item_seconds(seconds))
+
+
+def _item_seconds(seconds: list[Any]) -> tuple[list[float], str]:
+    """The videos' seconds (None: 1) as Python floats, and the dtype they mean: what the same values give
+    as one ``second_per_grid_ts`` (:attr:`Seconds.dtype`). Python numbers are a list's (``"int"`` if all
+    are ints, else ``"float32"``); an array's or tensor's value keeps its own dtype (a bfloat16 tensor's
+    time is computed in bfloat16 under ``compat="transformers"``, as the same tensor as
+    ``second_per_grid_ts``). Seconds of different dtypes have no such meaning: refused."""
+    values: list[float] = []
+    listed: str | None = None  # the list's dtype of the Python numbers
+    typed: tuple[str, int] | None = None  # the dtype of the first array or tensor, and its video
+    for j, x in enumerate(seconds):
+        if x is None or type(x) is int:
+            values.append(1.0 if x is None else float(x))
+            if x is not None and listed is None:
+                listed = "int"
+        elif type(x) is float:
+            values.append(x)
+            listed = "float32"
+        else:
+            values.append(_one_float(x, f"seconds of video {j}"))
+            name = _typed_seconds_dtype(x)
+            if typed is None:
+                typed = (name, j)
+            elif name != typed[0]:
+                raise _mixed_seconds(typed, (name, j))
+    if typed is None:
+        return values, listed or "int"
+    if listed is not None and listed != typed[0]:
+        first = next(j for j, x in enumerate(seconds) if type(x) in (int, float))
+        raise _mixed_seconds(
+            typed, (f"{listed} (a Python {type(seconds[first]).__name__}, as a list)", first)
+        )
+    return values, typed[0]
+
+
+def _typed_seconds_dtype(x: Any) -> str:
+    """The dtype name (:func:`seconds_dtype`) of a video's seconds given as a numpy value or a tensor."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:  # (another number type: what a list of it holds)
+        return "float32"
+    if isinstance(dtype, np.dtype):
+        return seconds_dtype(x, dtype)
+    return seconds_dtype(x, _FLOAT64 if getattr(dtype, "is_floating_point", True) else _INT64)
+
+
+def _mixed_seconds(a: tuple[str, int], b: tuple[str, int]) -> MRopeError:
+    first, second = sorted((a, b), key=lambda named: named[1])
+    return MRopeError(
+        f"the videos' seconds come in different dtypes: {first[0]} (video {first[1]}) and {second[0]} "
+        f"(video {second[1]}); second_per_grid_ts is one array, and under compat='transformers' its dtype "
+        "is the arithmetic of the videos' time: give every video's seconds in one dtype"
+    )
+
+
+def seconds_dtype(given: Any, values_dtype: np.dtype) -> str:
+    """The dtype of seconds as given (see :class:`Seconds`), from the dtype numpy read them in: ``"int"``
+    for integers, a tensor's or an array's own floating dtype (a bfloat16 tensor reaches numpy as
+    float32), ``"float32"`` for a list."""
+    if values_dtype.kind in "iu":
+        return "int"
+    dtype = getattr(given, "dtype", None)
+    if dtype is None:
+        return "float32"
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # (a numpy dtype's type name: ``dtype.name`` costs microseconds)
+        name = dtype.type.__name__ if isinstance(dtype, np.dtype) else str(dtype).removeprefix("torch.")
+        if len(_DTYPE_NAMES) < 64:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
+#: dtype names by dtype object (numpy's and torch's), as :func:`seconds_dtype` found them
+_DTYPE_NAMES: dict[Any, str] = {}
+_FLOAT64, _INT64 = np.dtype(np.float64), np.dtype(np.int64)
+
+
+def seconds_input(values: list[float], dtype: str) -> Any:
+    """``second_per_grid_ts`` holding ``values`` in ``dtype`` (:func:`_item_seconds`), as array inputs give
+    it: a list of Python numbers for a list's dtypes (``"int"``, ``"float32"``: the values exactly as
+    given), else an array of that dtype (numpy's; torch's where numpy has none: bfloat16), which holds
+    each value exactly (each was one of that dtype)."""
+    if dtype == "int":
+        return [int(v) for v in values]
+    if dtype == "float32":
+        return values
+    try:
+        return np.array(values, dtype=np.dtype(dtype))
+    except TypeError:  # (a dtype numpy lacks: the values came from a tensor, torch is loaded)
+        import torch
+
+        return torch.tensor(values, dtype=getattr(torch, dtype))
 
 
 def sort_order(offsets: list[int]) -> list[int] | None:
@@ -206,10 +299,13 @@ def items_as_inputs(items: Any) -> dict[str, Any]:
     """The keyword inputs (grids, seconds, offsets) that say what ``items`` say, for the array path
     (:func:`split_items`)."""
     split = split_items(items)
+    seconds = (
+        None if split.seconds is None else seconds_input(split.seconds, split.seconds_dtype or "float32")
+    )
     return {
         "image_grid_thw": split.images or None,
         "video_grid_thw": split.videos or None,
-        "second_per_grid_ts": split.seconds,
+        "second_per_grid_ts": seconds,
         "image_offsets": split.image_offsets,
         "video_offsets": split.video_offsets,
     }

@@ -35,7 +35,10 @@ class Qwen2_5_VL(Qwen2VL):
     model_types = ("qwen2_5_vl",)
     default_mrope_sections = {"qwen2_5_vl_text": (16, 24, 24)}
 
-    tokens_per_second: int | float = 2
+    #: where a config leaves it out, transformers' ``Qwen2_5_VLVisionConfig`` default (4), which its config
+    #: class fills in and vLLM and SGLang read from the loaded config: a ``config.json`` without it means
+    #: the same read as a dict or through ``AutoConfig`` (the released checkpoints give 2)
+    tokens_per_second: int | float = 4
     uses_second_per_grid_ts = True
 
     def time_arithmetic(self, seconds: Seconds | None) -> TimeArithmetic:

@@ -95,20 +95,22 @@ class Qwen2VL(Family):
         if videos:
             check_seconds(self, seconds, [t for t, _, _ in videos])
         at = AtOffsets(ids, items, merge, self.item_video_items)
-        return self.vision_blocks(at, images, videos, seconds)
+        timed = None if seconds is None else (tuple(seconds), items.seconds_dtype or "float32")
+        return self.vision_blocks(at, images, videos, timed)
 
     def item_video_items(
-        self, videos: list[list[int]], seconds: list[float] | None
+        self, videos: list[list[int]], seconds: tuple[tuple[float, ...], str] | None
     ) -> tuple[list[list[int]], np.ndarray | float, int]:
         """:meth:`video_items` of Python values: the videos as they are, their time steps and rounding
-        by :meth:`video_interval`, kept by (seconds, frames) (a few frame rates and lengths recur
-        across requests)."""
+        by :meth:`video_interval` (``seconds``: the videos' values and the dtype they mean,
+        :attr:`SplitItems.seconds_dtype`), kept by (seconds, dtype, frames) (a few frame rates and
+        lengths recur across requests)."""
         if not videos:
             return videos, 1.0, 0
-        key = (None if seconds is None else tuple(seconds), tuple([t for t, _, _ in videos]))
+        key = (seconds, tuple([t for t, _, _ in videos]))
         steps = self._item_steps.get(key)
         if steps is None:
-            given = None if seconds is None else Seconds(np.array(seconds, dtype=np.float64), "float32")
+            given = None if seconds is None else Seconds(np.array(seconds[0], dtype=np.float64), seconds[1])
             steps = self.video_interval(given, videos)
             if len(self._item_steps) >= _KEPT_STEPS:
                 self._item_steps.clear()
