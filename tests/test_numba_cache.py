@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.peers import require_module
+from support.reference import QWEN2_5_VL_DICT as QWEN2_5_VL
 
 numba = require_module("numba")
 from mrope._numba_cache import compiled_digest  # noqa: E402
@@ -134,13 +135,6 @@ _CHILD = textwrap.dedent(
     (out / "facts.json").write_text(json.dumps(facts))
     """
 )
-QWEN2_5_VL = {
-    "model_type": "qwen2_5_vl",
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_config": {"tokens_per_second": 2, "spatial_merge_size": 2},
-}
 
 
 def _read_only_copy(root: Path) -> Path:

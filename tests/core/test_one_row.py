@@ -24,6 +24,7 @@ from mrope.core.place import COMPATS
 from mrope.core.workspace import arrays
 from support import peers
 from support.peers import require
+from support.reference import QWEN2_5_VL_DICT as QWEN2_5_VL
 from support.reference import stream_positions
 from support.strategies import streams
 
@@ -141,14 +142,6 @@ def test_the_plane_cache_is_bounded_in_bytes():
 # anything by the largest position (an arange of length + delta) took 15 GiB for 18 tokens.
 #: the intervals (time steps per frame) of those videos: every multi-frame block reaches past 2**18
 HUGE_INTERVALS = st.floats(2.0**18, 2.0**22, width=32)
-#: the dict config of a Qwen2.5-VL (no transformers needed)
-QWEN2_5_VL = {
-    "model_type": "qwen2_5_vl",
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_config": {"tokens_per_second": 2, "spatial_merge_size": 2},
-}
 
 
 def _peak_of(call):

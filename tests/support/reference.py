@@ -84,3 +84,13 @@ def stream_positions(rows: list[tuple[int, list[tuple[int, int, int, int, float]
         bases += b
         next_bases += nb
     return np.array(pos, dtype=np.int64).reshape(3, -1), np.array(deltas, dtype=np.int64), bases, next_bases
+
+
+#: the dict config of a Qwen2.5-VL as its checkpoints have it (no transformers needed)
+QWEN2_5_VL_DICT = {
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_config": {"tokens_per_second": 2, "spatial_merge_size": 2},
+}
