@@ -113,7 +113,7 @@ class TableMachine(RuleBasedStateMachine):
                 raise Refused("already holds a request")
             last = len(p.input_ids) - 1 + delta
             if max(positions.max(), last) >= self.position_bound:
-                raise Refused("reaches position")
+                raise Refused("positions given reach" if precomputed else "the prompt reaches position")
         except Refused as refused:
             verdict = str(refused)
         taken = set()
