@@ -5,6 +5,7 @@ The families' parsers and one-prompt paths call these; each family states only i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -194,19 +195,25 @@ def items_at(
     what: str,
     interval: np.ndarray | float = 1.0,
     rounding: int = 0,
+    others: Sequence[int] | None = None,
 ) -> list[BlockRow]:
     """Blocks of items whose placeholders start at ``offsets`` (checked by :func:`check_offsets`; in any
     order): item ``i`` (grid ``grids[i]`` before merging) owns ``ids[offsets[i] : offsets[i] + n_i]``, of
     which the first and last must be ``token_id``, and the tokens next to it are no ``token_id`` that no
     item accounts for (a grid shorter than its run of placeholders, or an item missing next to it: the
-    scan refuses such a prompt too). One Python step per item, the prompt read at each item's ends and
-    their neighbours only: not scanned."""
+    scan refuses such a prompt too). ``others``: the offsets of the other modality's items; those that
+    start with this token (vLLM's Ernie-4.5-VL videos take the image token) account for a placeholder
+    that starts one, and one before an item is left to them where there are any. One Python step per item,
+    the prompt read at each item's ends and their neighbours only: not scanned."""
     length = len(ids)
     steps = interval if isinstance(interval, np.ndarray) else None
     rows = []
     grid_list = grids if type(grids) is list else grids.tolist()
     starts: set[int] | None = None  # the items' starts and ends, made where a neighbour is a placeholder
     ends: set[int] | None = None
+    # the other modality's items that share this token (vLLM's Ernie-4.5-VL): their starts account for a
+    # placeholder after an item, and a placeholder before one is left to them
+    others = [o for o in others or () if 0 <= o < length and ids[o] == token_id]
     leftover = None  # the first item next to a placeholder of its kind that no item accounts for
     for i, start in enumerate(offsets):
         t, h, w = grid_list[i]
@@ -229,9 +236,9 @@ def items_at(
         if end < length and ids[end] == token_id:
             if starts is None:
                 starts = set(offsets)
-            if end not in starts and leftover is None:
+            if end not in starts and end not in others and leftover is None:
                 leftover = (i, (t, h, w), start, end, f"follows it at {end}, starting no")
-        if start > 0 and ids[start - 1] == token_id:
+        if start > 0 and ids[start - 1] == token_id and not others:
             if ends is None:
                 ends = {
                     o + g[0] * (g[1] // merge) * (g[2] // merge)

@@ -115,8 +115,17 @@ class OnePrompt:
                 )
         if not offsets:
             return []
+        others = inputs.video_offsets if what == "image" else inputs.image_offsets
         return items_at(
-            inputs.ids, token_id, grids, offsets, merge, what=what, interval=interval, rounding=rounding
+            inputs.ids,
+            token_id,
+            grids,
+            offsets,
+            merge,
+            what=what,
+            interval=interval,
+            rounding=rounding,
+            others=others,
         )
 
     def frames(self, what: str, token_id: int, videos: np.ndarray) -> Blocks | list[BlockRow]:
@@ -160,9 +169,21 @@ class AtOffsets:
         if not grids:
             return []
         found = self.found
-        offsets = found.image_offsets if what == "image" else found.video_offsets
+        offsets, others = (
+            (found.image_offsets, found.video_offsets)
+            if what == "image"
+            else (found.video_offsets, found.image_offsets)
+        )
         return items_at(
-            self.ids, token_id, grids, offsets, self.merge, what=what, interval=interval, rounding=rounding
+            self.ids,
+            token_id,
+            grids,
+            offsets,
+            self.merge,
+            what=what,
+            interval=interval,
+            rounding=rounding,
+            others=others,
         )
 
     def frames(self, what: str, token_id: int, videos: Any) -> list[BlockRow]:
