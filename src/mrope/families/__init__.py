@@ -106,6 +106,8 @@ def from_config(
         Every family takes it; those that do not scale video time give the same positions either way.
     **overrides : settings that win over the config's (e.g. ``tokens_per_second=2``).
 
+    Notes
+    -----
     A setting the config leaves out takes the family's default, which is the one transformers' config
     class fills in (Qwen2.5-VL's ``tokens_per_second``: 4, ``Qwen2_5_VLVisionConfig``'s), so that a
     ``config.json`` read as a dict means what it means through ``AutoConfig``; where transformers' class
