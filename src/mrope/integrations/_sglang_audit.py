@@ -16,6 +16,7 @@ _FB = "sglang.srt.model_executor.forward_batch_info:ForwardBatch."
 _ROPE = "sglang.srt.layers.rotary_embedding."
 _POOL = "sglang.srt.mem_cache.memory_pool:ReqToTokenPool."
 _GLM_IMAGE = "sglang.srt.multimodal.processors.glm_image:GlmImageProcessor."
+_QWEN_VL = "sglang.srt.multimodal.processors.qwen_vl:QwenVLImageProcessor."
 
 #: What the integration patches (the step's two position methods, the prompt functions, GLM-Image's
 #: processor's positions), the rules it reproduces (SGLang's prompt positions and its
@@ -39,6 +40,16 @@ TARGETS: tuple[str, ...] = (
     "sglang.srt.managers.schedule_batch:MultimodalInputs",
     _GLM_IMAGE + "_compute_glm_image_mrope_positions",
     _GLM_IMAGE + "process_mm_data_async",
+    # packed prompts: the processors whose outputs are packed, the output the packed prompt rides on,
+    # what computes positions in the scheduler, and the readers of the stored positions
+    _QWEN_VL + "process_mm_data_async",
+    _QWEN_VL + "_process_mm_data_uncached",
+    _QWEN_VL + "compose_image_artifacts",
+    "sglang.srt.multimodal.processors.glm4v:Glm4vImageProcessor.process_mm_data_async",
+    "sglang.srt.managers.schedule_batch:MultimodalProcessorOutput",
+    "sglang.srt.managers.schedule_batch:Req.init_next_round_input",
+    "sglang.srt.managers.scheduler:Scheduler._maybe_compute_mrope_positions",
+    "sglang.srt.managers.mm_utils:extend_mrope_positions_for_retracted_request",
 )
 
 #: release -> {target: digest}: the SGLang releases read and tested
@@ -64,6 +75,14 @@ AUDITED: dict[str, dict[str, str | None]] = {
                 "6a3816ef6c631b8683d7fe51fb978c78868f7a4c119388a7b29a4658d684a189",
                 "8d76dac92e5732ded76c7ef1ceda4784e6587c53ad06063c9da363561589b353",
                 "8df4ca993a8e00385c5ddcbe6f92716ced0f959c392e0848a4d8859b8aa8cb2d",
+                "82c6975c56f575fd958ef9d421130d4a9bb86861a66db6019d88b9b14c98db40",
+                "f4445eabbf2d4e3d319f2be74efdb771df3ef384a53c024a42cc4849e3b20292",
+                "6409c4028f6291abda3c488e32d41fc94b0d56ded7cda2f26c0ce00315c2e88a",
+                "16218c2408571d0688d893dce21cbd39e75a8381d9488386ef7d52ca5f505db2",
+                "297cda5c98ec026b8919540b38f0d4a950b4b93d2a1a25bd700a837c6a8ffcb9",
+                "8ebc0c19f63da29077b95e6ef1b4debc97b4ef687938ead13ebe99ff5c9d6f41",
+                "8ad5f994584d31a2bfcb3b813f8f2731e3fd9e246a95943123a8a642bcf1012d",
+                "b7c29517e8d7c1d44fecad8c100b7b28b51be5ff7550082524309e1edee838e8",
             ),
             strict=True,
         )

@@ -3,11 +3,13 @@ SGLang's request slot (``req_pool_idx``), and the extend, decode and speculative
 
 A slot's request is registered when the slot's generation in SGLang's request pool
 (``ReqToTokenPool.req_generation``, bumped at every allocation) differs from the one registered: a
-vectorized comparison per step, a Python call per new request only. An image request is registered
-from its prompt, its items' grids and offsets (:meth:`PositionTable.add`, nothing scanned); a text-only
-request is one text segment; others (videos) from SGLang's stored prompt positions
-(``MultimodalInputs.mrope_positions``, computed in the tokenizer process: by mrope when the integration
-runs there), whose segments are kept. Either way the state is O(images + frames).
+vectorized comparison per step, a Python call per new request only. A request whose prompt the
+tokenizer process packed (:class:`mrope.serving.PackedPrompt`, carried by its multimodal inputs) is
+registered by copying those segment rows (:meth:`PositionTable.add_packed`: bytes per item, nothing
+per token); a text-only request is one text segment, the same way. Requests without a packed prompt
+(another process's positions, an SGLang path mrope did not see): images from their prompt, grids and
+offsets (:meth:`PositionTable.add`, nothing scanned), others (videos) from SGLang's stored prompt
+positions (``MultimodalInputs.mrope_positions``). Either way the state is O(images + frames).
 
 A family whose decode does not follow the index (GLM-Image: ``Family.decode_follows_index`` False) is
 registered from the stored positions, which SGLang's processor extends past the prompt over the tokens
@@ -26,9 +28,18 @@ import torch
 
 from .._errors import MRopeError
 from ..families import Family
-from ..serving import PositionTable
+from ..serving import PackedPrompt, PositionTable
 
 _MISSING = object()
+#: the attribute of SGLang's ``MultimodalProcessorOutput`` (tokenizer process) and ``MultimodalInputs``
+#: (scheduler process) that holds a request's :class:`mrope.serving.PackedPrompt`
+PACKED_ATTRIBUTE = "mrope_packed"
+
+
+def packed_prompt(holder: Any) -> PackedPrompt | None:
+    """The packed prompt ``holder`` (an SGLang processor output or multimodal inputs) carries, or None."""
+    values = getattr(holder, "__dict__", None)
+    return None if values is None else values.get(PACKED_ATTRIBUTE)
 
 
 class RunnerTable:
@@ -88,8 +99,16 @@ class RunnerTable:
         self.count("admitted")
 
     def register(self, slot: int, req: Any, mm: Any) -> None:
+        """Register ``req`` in ``slot``: by copying its packed prompt where it has one (made in the
+        tokenizer process, :data:`PACKED_ATTRIBUTE`) or it is text only; else from its prompt and items."""
         if getattr(req, "session", None) is not None:
             raise MRopeError("session requests keep SGLang's positions (their history outgrows the prompt's)")
+        if self.family.decode_follows_index:  # (else: SGLang's stored positions cover the generation)
+            packed = PackedPrompt.text(len(req.origin_input_ids)) if mm is None else packed_prompt(mm)
+            if packed is not None:
+                self.table.add_packed(slot, packed)
+                self.count("from_packed")
+                return
         if mm is None:  # no items (offsets say so where the family takes them: nothing scanned)
             none = {"image_offsets": [], "video_offsets": []} if self.family.takes_offsets else {}
             self.table.add(slot, self.family, req.origin_input_ids, **none)

@@ -48,6 +48,7 @@ import functools
 import json
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -57,8 +58,9 @@ from .._backends import compiled_kernel, env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
 from ..families import Family, find_image_positions, from_config
+from ..serving import PackedPrompt
 from ._sglang_audit import AUDITED, installed_release
-from ._sglang_step import RunnerTable, runner_table
+from ._sglang_step import PACKED_ATTRIBUTE, RunnerTable, packed_prompt, runner_table
 
 MODES = ("mrope", "check")
 #: the environment variable the entry point reads: ``1`` (or ``mrope``), ``check``; anything else: off
@@ -86,12 +88,16 @@ _STAT_NAMES = (
     "admitted",  # requests registered in a table (scheduler process)
     "reused_slots",  # registrations in a slot that held an earlier request
     "from_positions",  # registrations from SGLang's stored prompt positions (not from grids)
+    "packed",  # prompts whose positions the tokenizer process shipped packed (segments, not (3, L))
+    "from_packed",  # registrations by copying a packed prompt (or a text-only prompt's one segment)
+    "materialized",  # packed prompts rendered to (3, L) for a reader of SGLang's stored positions
     "extend_steps",  # extend steps whose positions mrope wrote
     "decode_steps",  # decode steps whose positions mrope wrote
     "spec_steps",  # speculative steps whose positions mrope wrote
     "checked_prompts",  # check mode: prompts compared with SGLang's
     "checked_steps",  # check mode: steps compared with SGLang's
     "fallback_prompts",  # prompts SGLang's own function computed (not served, or an exception)
+    "fallback_packs",  # prompts shipped as SGLang's (3, L) tensor: packing them raised
     "fallback_requests",  # requests mrope could not register (their batches take SGLang's path)
     "fallback_steps",  # steps SGLang's own path wrote in a patched process
 )
@@ -101,6 +107,12 @@ _enabled: dict[str, Any] = {}  # "mode"
 MAX_TIMINGS = 100_000
 _timings: collections.deque[tuple[str, int, int, int]] = collections.deque(maxlen=MAX_TIMINGS)
 _patches: list[tuple[Any, str, Any]] = []  # (owner, name, original attribute as stored in the class)
+_ADDED = object()  # the "original" of an attribute enable() adds (disable() deletes it)
+#: multimodal inputs (scheduler process) whose stored positions are a packed prompt, not yet rendered
+_packed_inputs: weakref.WeakSet[Any] = weakref.WeakSet()
+#: model types whose prompt positions the tokenizer process ships packed (GLM-Image's cover its
+#: generation: they stay SGLang's tensor)
+PACKED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
 _warned: set[str] = set()
 
 
@@ -148,9 +160,13 @@ def enable(mode: str = "mrope") -> None:
         replacements[(GlmImageProcessor, _GLM_IMAGE)] = _compute_glm_image_mrope_positions
     except Exception as error:
         _fall_back("GLM-Image's processor", error)
+    try:  # prompts shipped packed: without these, SGLang's (3, L) tensors are shipped as before
+        replacements.update(_packing_replacements())
+    except Exception as error:
+        _fall_back("packed prompts", error)
     _enabled["mode"] = mode
     for (owner, name), replacement in replacements.items():
-        _patches.append((owner, name, vars(owner).get(name)))
+        _patches.append((owner, name, vars(owner).get(name, _ADDED)))
         setattr(owner, name, replacement)
     _load_compiled_backend()
 
@@ -168,8 +184,10 @@ def _load_compiled_backend() -> None:
 def disable() -> None:
     """Restore SGLang's own M-RoPE path in this process (SGLang's stored positions are never removed,
     so running requests go on with it)."""
+    for inputs in list(_packed_inputs):  # SGLang's own path reads their stored positions from now on
+        _materialize(inputs)
     for owner, name, original in reversed(_patches):
-        if original is None:
+        if original is _ADDED:
             delattr(owner, name)
         else:
             setattr(owner, name, original)
@@ -231,7 +249,7 @@ def register() -> None:
 def _original(name: str) -> Callable[..., Any]:
     """SGLang's own function or method replaced under ``name`` (a staticmethod unwrapped)."""
     for _owner, patched, original in _patches:
-        if patched == name:
+        if patched == name and original is not _ADDED:
             return original.__func__ if isinstance(original, staticmethod) else original
     raise MRopeError(f"mrope's SGLang integration has not patched {name}")
 
@@ -514,6 +532,126 @@ def _compare_glm_image(ours: Any, sglang: Any, prompt_length: int) -> None:
             f"mrope check: glm_image column {column} ({part}): t, h, w = {ours[:, column].tolist()} from "
             f"mrope, {sglang[:, column].tolist()} from SGLang"
         )
+
+
+# -- packed prompts: made in the tokenizer process, registered in the scheduler by copying ----------------
+def _packing_replacements() -> dict[tuple[Any, str], Any]:
+    """What ships a served prompt packed: the tokenizer's Qwen-VL and GLM-4.1V processors pack the
+    positions they return (:func:`_packing`); the scheduler's multimodal inputs carry the packed prompt
+    (:func:`_carrying`) and render SGLang's stored positions only where SGLang's own code reads them
+    (:func:`_stored_positions`); the scheduler computes no positions for a request that has them."""
+    from sglang.srt.managers.schedule_batch import MultimodalInputs
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.multimodal.processors.glm4v import Glm4vImageProcessor
+    from sglang.srt.multimodal.processors.qwen_vl import QwenVLImageProcessor
+
+    from_output = vars(MultimodalInputs)["from_processor_output"].__func__  # a staticmethod
+    compute = vars(Scheduler)["_maybe_compute_mrope_positions"]
+    return {
+        (processor, "process_mm_data_async"): _packing(vars(processor)["process_mm_data_async"])
+        for processor in (QwenVLImageProcessor, Glm4vImageProcessor)
+    } | {
+        (MultimodalInputs, "from_processor_output"): staticmethod(_carrying(from_output)),
+        (MultimodalInputs, "mrope_positions"): property(_stored_positions, _store_positions),
+        (Scheduler, "_maybe_compute_mrope_positions"): _computing_unless_packed(compute),
+    }
+
+
+def _packing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A processor's ``process_mm_data_async`` whose output carries its prompt packed
+    (:func:`_pack_output`)."""
+
+    @functools.wraps(original)
+    async def process_mm_data_async(processor: Any, *args: Any, **kwargs: Any) -> Any:
+        output = await original(processor, *args, **kwargs)
+        _pack_output(processor, output)
+        return output
+
+    return process_mm_data_async
+
+
+def _pack_output(processor: Any, output: Any) -> None:
+    """Pack the (3, L) positions of a processor's output (:class:`mrope.serving.PackedPrompt`, whatever
+    path of SGLang or mrope computed them: the packed prompt renders them exactly) and ship that instead:
+    the tensor is dropped from the output (check mode ships both: SGLang's path reads the tensor). On any
+    exception the output is left as it is (SGLang's tensor, today's path)."""
+    model_type = getattr(getattr(processor, "hf_config", None), "model_type", None)
+    positions = getattr(output, "mrope_positions", None)
+    delta = getattr(output, "mrope_position_delta", None)
+    if model_type not in PACKED_MODEL_TYPES or positions is None or delta is None:
+        return
+    start = time.perf_counter_ns()
+    try:
+        if positions.ndim == 3:
+            positions = positions.squeeze(1)
+        packed = PackedPrompt.from_positions(positions, int(delta.reshape(-1)[0]))
+        vars(output)[PACKED_ATTRIBUTE] = packed
+    except Exception as error:  # nothing mrope does may fail the engine
+        _fall_back("packing a prompt", error)
+        _stats["fallback_packs"] += 1
+        return
+    if _enabled.get("mode") == "check":
+        _record("pack", packed.length, time.perf_counter_ns() - start, 0)
+    else:
+        output.mrope_positions = None
+    _stats["packed"] += 1
+
+
+def _carrying(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``MultimodalInputs.from_processor_output`` that carries the output's packed prompt along."""
+
+    @functools.wraps(original)
+    def from_processor_output(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        inputs = original(obj, *args, **kwargs)
+        packed = packed_prompt(obj)
+        if packed is not None:
+            vars(inputs)[PACKED_ATTRIBUTE] = packed
+            if vars(inputs).get("mrope_positions") is None:
+                _packed_inputs.add(inputs)
+        return inputs
+
+    return from_processor_output
+
+
+def _stored_positions(inputs: Any) -> Any:
+    """``MultimodalInputs.mrope_positions`` as SGLang's code reads it: the stored tensor, or, for a
+    prompt shipped packed, its positions rendered once (:func:`_materialize`)."""
+    values = vars(inputs)
+    stored = values.get("mrope_positions")
+    if stored is None and PACKED_ATTRIBUTE in values:
+        return _materialize(inputs)
+    return stored
+
+
+def _store_positions(inputs: Any, value: Any) -> None:
+    vars(inputs)["mrope_positions"] = value
+
+
+def _materialize(inputs: Any) -> Any:
+    """Render a packed prompt's (3, L) int64 positions into ``inputs.mrope_positions`` (SGLang's own
+    path reads them: a step it serves, sessions, retraction); returns them."""
+    import torch
+
+    values = vars(inputs)
+    if values.get("mrope_positions") is None:
+        values["mrope_positions"] = torch.from_numpy(values[PACKED_ATTRIBUTE].positions())
+        _stats["materialized"] += 1
+    _packed_inputs.discard(inputs)
+    return values["mrope_positions"]
+
+
+def _computing_unless_packed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Scheduler._maybe_compute_mrope_positions``, which computes a request's positions where none
+    were shipped: nothing to compute for a request whose prompt came packed."""
+
+    @functools.wraps(original)
+    def _maybe_compute_mrope_positions(scheduler: Any, req: Any) -> None:
+        mm = getattr(req, "multimodal_inputs", None)
+        if mm is not None and packed_prompt(mm) is not None:
+            return None
+        return original(scheduler, req)
+
+    return _maybe_compute_mrope_positions
 
 
 # -- step positions (scheduler process) ----------------------------------------------------------------

@@ -5,6 +5,7 @@ the positions of every token scheduled in an engine step in one vectorized call:
 or torch ops on the device without host synchronization.
 """
 
+from .packed import PackedPrompt
 from .table import PositionTable
 
-__all__ = ["PositionTable"]
+__all__ = ["PackedPrompt", "PositionTable"]

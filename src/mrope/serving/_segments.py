@@ -37,14 +37,14 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
     return ints, data[T0:WIDTH].astype(np.float64)
 
 
-def from_positions(positions: np.ndarray, *, slot: int, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def from_positions(positions: np.ndarray, *, what: str, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Segments that render exactly ``positions`` (3, L) (:func:`mrope.core.recover.segments_of`: text
     runs, vision frames and integer positions of any shape); fractional ones that are not text runs and
-    frames raise :class:`MRopeError`."""
+    frames raise :class:`MRopeError` naming ``what`` they are (e.g. ``"positions of slot 3"``)."""
     table = segments_of(positions, floats=floats)
     if table is None:
         raise MRopeError(
-            f"positions of slot {slot} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
+            f"{what} are not text runs and vision frames (t0, hw0 + o // W, hw0 + o % W) "
             "of the M-RoPE rule, or (fractional positions) not exactly float32(t0 + o) from each run's "
             "first position; register the request with add() from its prompt instead"
         )

@@ -43,6 +43,7 @@ from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
 from ._checks import as_index, table_dtype
 from ._numpy_step import NumpyStep
+from .packed import PackedPrompt
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._rows import check_rows_out, write_index_rows
 from ._segments import from_positions, nonempty, positions_input
@@ -456,12 +457,35 @@ class PositionTable:
                     f"positions are the rows {rows.describe()}: the index rows must hold each token's index"
                 )
             rendered = np.ascontiguousarray(rows.rendered(pos))
-        ints, fields = from_positions(rendered, slot=slot, floats=floats)
+        ints, fields = from_positions(rendered, what=f"positions of slot {slot}", floats=floats)
         length = pos.shape[1]
         last = length - 1 + delta if not floats else np.float32(length - 1) + np.float32(delta)
         self._insert(
             slot, ints, fields, length, delta, max(pos.max(), last), rows=rows, source=_FROM_POSITIONS
         )
+
+    def add_packed(self, slot: int, packed: PackedPrompt, *, replace: bool = False) -> None:
+        """Register the request in ``slot`` from its :class:`mrope.serving.PackedPrompt` (packed where its
+        positions were computed, e.g. another process): its segment rows are copied into the pool, the
+        prompt's tokens are not read. ``replace`` as in :meth:`add`.
+
+        Raises
+        ------
+        MRopeError
+            ``packed`` not a :class:`PackedPrompt` (or its fields not its types and shapes); a float32
+            table, or one of other rows than (t, h, w) (they take :meth:`add`); the checks of :meth:`add`
+            on the slot, the prompt's length and its largest position. The table is then unchanged.
+        """
+        if type(packed) is not PackedPrompt:
+            raise MRopeError(f"packed must be a mrope.serving.PackedPrompt, got {type(packed).__name__}")
+        packed.check()
+        if self._floats or self.num_dims != PLAIN_ROWS.num_dims:
+            raise MRopeError(
+                "add_packed: a packed prompt holds int64 (t, h, w) segments; this table holds "
+                f"{self.dtype} positions in {self.num_dims} rows: register with add()"
+            )
+        length, delta = packed.length, packed.delta
+        self._insert(slot, packed.segments, None, length, delta, length - 1 + delta, replace, PLAIN_ROWS)
 
     def remove(self, slot: int) -> None:
         """Forget the request in ``slot`` (finished or preempted); the slot and its segments' pool

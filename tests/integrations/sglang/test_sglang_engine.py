@@ -50,7 +50,11 @@ def test_mrope_serves_every_step(runs: dict[str, Any]) -> None:
     assert scheduler["reused_slots"] >= 2  # the second round's requests took the first round's slots
     assert scheduler["extend_steps"] > 0 and scheduler["decode_steps"] >= NUM_PROMPTS // 2
     assert scheduler["fallback_steps"] == scheduler["fallback_requests"] == 0
-    assert scheduler["from_positions"] == 0  # image requests: from their prompt, grids and offsets
+    # every request registered by copying its packed prompt (image prompts packed by the tokenizer
+    # process, text-only ones one segment), SGLang's (3, L) positions neither shipped nor rebuilt
+    assert scheduler["from_packed"] == NUM_PROMPTS and scheduler["from_positions"] == 0
+    assert scheduler["materialized"] == 0
+    assert main["packed"] >= len(IMAGE_PROMPTS) and main["fallback_packs"] == 0
     assert main["prompts"] >= SERVED_PROMPTS[runs["family"]] and main["fallback_prompts"] == 0
 
 
@@ -102,3 +106,5 @@ def test_failing_step_falls_back_to_sglang(qwen2_5_vl: Path, run_engines: Any, r
     scheduler = results[0]["scheduler"]
     assert scheduler["extend_steps"] == scheduler["decode_steps"] == 0
     assert scheduler["fallback_steps"] > 0
+    # SGLang's path read the stored positions of the prompts shipped packed: rendered from them
+    assert scheduler["materialized"] >= len(IMAGE_PROMPTS)

@@ -13,7 +13,8 @@ import torch
 
 import mrope  # noqa: E402
 from mrope import MRopeError  # noqa: E402
-from mrope.integrations._sglang_step import RunnerTable  # noqa: E402
+from mrope.integrations._sglang_step import PACKED_ATTRIBUTE, RunnerTable  # noqa: E402
+from mrope.serving import PackedPrompt  # noqa: E402
 from support import tiny_vlms as tiny  # noqa: E402
 from support.sglang_step import step_batch  # noqa: E402
 from support.tiny_vlms import Image, Video  # noqa: E402
@@ -28,8 +29,9 @@ PROMPTS = [
 SLOTS = [3, 1, 7, 2]
 
 
-def _requests() -> tuple[Any, list[Any], list[Any]]:
-    """The family, SGLang's requests and their multimodal inputs (positions from SGLang's own function)."""
+def _requests(packed: bool = False) -> tuple[Any, list[Any], list[Any]]:
+    """The family, SGLang's requests and their multimodal inputs (positions from SGLang's own function;
+    ``packed``: each also carries them packed, as the tokenizer process ships a prompt mrope serves)."""
     from sglang.srt.layers.rotary_embedding.mrope_rope_index import get_rope_index
 
     config = tiny.tiny_config("qwen2_5_vl", vision={"tokens_per_second": 2})
@@ -52,14 +54,15 @@ def _requests() -> tuple[Any, list[Any], list[Any]]:
             torch.tensor(videos) if videos else None,
             torch.tensor(seconds) if seconds else None,
         )
-        mms.append(
-            SimpleNamespace(
-                mm_items=[],  # no items: registered from the stored positions
-                mrope_positions=positions[:, 0],
-                mrope_position_delta=delta,
-                mrope_position_delta_repeated_cache=None,
-            )
+        mm = SimpleNamespace(
+            mm_items=[],  # no items: registered from the stored positions (or the packed prompt)
+            mrope_positions=positions[:, 0],
+            mrope_position_delta=delta,
+            mrope_position_delta_repeated_cache=None,
         )
+        if packed:
+            vars(mm)[PACKED_ATTRIBUTE] = PackedPrompt.from_positions(positions[:, 0], int(delta))
+        mms.append(mm)
     return mrope.from_config(config), reqs, mms
 
 
@@ -73,11 +76,14 @@ def _table(family: Any, host: bool, counts: dict[str, int]) -> tuple[RunnerTable
     return RunnerTable(family, pool, "cpu", count, lambda kind, error: None, host=host), pool
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["stored", "packed"])
 @pytest.mark.parametrize("host", [True, False], ids=["host", "torch"])
-def test_steps_are_sglangs(sglang_exec: None, host: bool) -> None:
+def test_steps_are_sglangs(sglang_exec: None, host: bool, packed: bool) -> None:
+    """Requests registered from SGLang's stored positions, or from the packed prompts the tokenizer
+    process ships (the text-only one from its length either way): every step is SGLang's."""
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-    family, reqs, mms = _requests()
+    family, reqs, mms = _requests(packed)
     lengths = [len(r.origin_input_ids) for r in reqs]
     counts: dict[str, int] = {}
     table, _ = _table(family, host, counts)
@@ -89,7 +95,11 @@ def test_steps_are_sglangs(sglang_exec: None, host: bool) -> None:
         assert table.serves(batch)
         ForwardBatch._compute_mrope_positions_extend(fb, runner, batch)
         assert torch.equal(table.extend(fb, batch), fb.mrope_positions)
-    assert counts == {"admitted": 4, "from_positions": 3}
+    assert counts == (
+        {"admitted": 4, "from_packed": 4}
+        if packed
+        else {"admitted": 4, "from_positions": 3, "from_packed": 1}
+    )
     batch, fb = step_batch(reqs, mms, SLOTS, lengths, [5, 1, 2, 9])  # decode at seq_len - 1 past the prompt
     ForwardBatch._compute_mrope_positions_decode(fb, runner, batch)
     assert torch.equal(table.decode(fb, batch), fb.mrope_positions)

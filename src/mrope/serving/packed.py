@@ -1,0 +1,95 @@
+"""A prompt's segments packed where its positions are computed, registered elsewhere by copying.
+
+A serving engine that computes prompt positions in one process (SGLang's tokenizer) and runs steps in
+another (its scheduler) ships a (3, L) position tensor per request: 768 KB for a 32k-token video, and
+the scheduler registers each request from it on its critical path. :class:`PackedPrompt` is what a
+:class:`mrope.PositionTable` keeps of a prompt (its segments: text runs and vision frames, O(items +
+frames)), made in the first process; :meth:`mrope.PositionTable.add_packed` registers it by copying
+those few rows into the table's pool, without touching the prompt's tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import MRopeError
+from ..core.render import render_all
+from ..core.segments import IS_TEXT, ORIGIN, START, WIDTH, SegmentTable
+from ._segments import from_positions, positions_input
+
+#: the rows of a packed prompt's segments: ``START ... ORIGIN`` of :mod:`mrope.core.segments`
+NUM_ROWS = ORIGIN + 1
+
+
+@dataclass(frozen=True, slots=True)
+class PackedPrompt:
+    """One prompt's segments as an int64 :class:`mrope.PositionTable` stores them (picklable, small).
+
+    Attributes
+    ----------
+    segments : (6, S) int64 array, the rows ``start, t0, hw0, width, is_text, origin`` of
+        :mod:`mrope.core.segments`, sorted by start, none empty, the first starting at 0
+    length : the prompt's tokens (the last segment runs to it)
+    delta : the offset of positions past the prompt (``index + delta``)
+    """
+
+    segments: np.ndarray
+    length: int
+    delta: int
+
+    @classmethod
+    def from_positions(cls, positions: Any, delta: int) -> PackedPrompt:
+        """Pack a prompt's (3, L) integer positions (numpy or torch) and its delta: the segments that
+        render them exactly (text runs, vision frames, integer positions of any shape), checked as
+        :meth:`mrope.PositionTable.add_positions` checks them."""
+        pos, delta = positions_input(positions, delta, floats=False)
+        segments, _ = from_positions(pos, what="the positions given", floats=False)
+        return cls(np.ascontiguousarray(segments), int(pos.shape[1]), int(delta))
+
+    @classmethod
+    def text(cls, length: int) -> PackedPrompt:
+        """A prompt of ``length`` text tokens (positions ``0 .. length - 1`` on every row, delta 0)."""
+        if type(length) is not int or length <= 0:
+            raise MRopeError(f"length must be a positive int, got {length!r}")
+        segments = np.zeros((NUM_ROWS, 1), dtype=np.int64)
+        segments[WIDTH, 0] = 1
+        segments[IS_TEXT, 0] = 1
+        return cls(segments, length, 0)
+
+    def positions(self) -> np.ndarray:
+        """The prompt's (3, length) int64 positions, rendered from the segments (for a reader that needs
+        the dense form, e.g. an engine's own path)."""
+        self.check()
+        return render_all(SegmentTable(self.segments, self.length, compact=True))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the segment rows (what a process ships per request)."""
+        return int(self.segments.nbytes)
+
+    def check(self) -> None:
+        """Raise :class:`MRopeError` unless the fields have the documented types and shapes (O(1): a
+        packed prompt is made by the constructors above; this catches one built or unpickled by hand)."""
+        data = self.segments
+        if type(data) is not np.ndarray or data.dtype != np.int64 or data.ndim != 2:
+            kind = (
+                f"{data.dtype} {data.ndim}-d array" if isinstance(data, np.ndarray) else type(data).__name__
+            )
+            raise MRopeError(f"PackedPrompt.segments must be a 2-d int64 numpy array, got a {kind}")
+        if data.shape[0] != NUM_ROWS or data.shape[1] == 0:
+            raise MRopeError(
+                f"PackedPrompt.segments must have shape ({NUM_ROWS}, S) with S >= 1, got {data.shape}"
+            )
+        if type(self.length) is not int or self.length <= 0 or type(self.delta) is not int:
+            raise MRopeError(
+                f"PackedPrompt.length must be a positive int and delta an int, got {self.length!r}, "
+                f"{self.delta!r}"
+            )
+        if data[START, 0] != 0 or data[START, -1] >= self.length:
+            raise MRopeError(
+                f"PackedPrompt.segments must start at 0 and within its length {self.length}, "
+                f"got starts {int(data[START, 0])} .. {int(data[START, -1])}"
+            )
