@@ -39,6 +39,8 @@ def test_packed_prompt_registers_what_add_does(name: str, data: st.DataObject) -
     positions, delta = fam.positions(p.input_ids, **p.kwargs())
     packed = pickle.loads(pickle.dumps(PackedPrompt.from_positions(positions, delta)))
     np.testing.assert_array_equal(packed.positions(), positions)
+    through_array = PackedPrompt.from_array(packed.to_array())
+    np.testing.assert_array_equal(through_array.positions(), positions)
     by_inputs, by_packed = PositionTable(4), PositionTable(4)
     by_inputs.add(2, fam, p.input_ids, **p.kwargs())
     by_packed.add_packed(2, packed)
@@ -112,3 +114,11 @@ def test_tables_of_other_positions_refuse_it() -> None:
         PackedPrompt.text(0)
     with pytest.raises(MRopeError, match="shape"):
         PackedPrompt.from_positions(np.zeros((2, 4), dtype=np.int64), 0)
+    array = PackedPrompt.text(3).to_array()
+    with pytest.raises(MRopeError, match=r"holds 2 \+ 6 \* S values"):
+        PackedPrompt.from_array(array[:, :-1])
+    with pytest.raises(MRopeError, match=r"\(1, n\) int64"):
+        PackedPrompt.from_array(array[0])
+    array[0, 0] = 0
+    with pytest.raises(MRopeError, match="positive int"):
+        PackedPrompt.from_array(array)

@@ -109,10 +109,13 @@ _timings: collections.deque[tuple[str, int, int, int]] = collections.deque(maxle
 _patches: list[tuple[Any, str, Any]] = []  # (owner, name, original attribute as stored in the class)
 _ADDED = object()  # the "original" of an attribute enable() adds (disable() deletes it)
 #: multimodal inputs (scheduler process) whose stored positions are a packed prompt, not yet rendered
-_packed_inputs: weakref.WeakSet[Any] = weakref.WeakSet()
+_packed_inputs: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()  # by id (unhashable)
 #: model types whose prompt positions the tokenizer process ships packed (GLM-Image's cover its
 #: generation: they stay SGLang's tensor)
 PACKED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
+#: the key of a request's first item's ``model_specific_data`` that carries its packed prompt from the
+#: tokenizer process to the scheduler (:meth:`mrope.serving.PackedPrompt.to_array`)
+PACKED_KEY = "mrope_packed_prompt"
 _warned: set[str] = set()
 
 
@@ -184,7 +187,7 @@ def _load_compiled_backend() -> None:
 def disable() -> None:
     """Restore SGLang's own M-RoPE path in this process (SGLang's stored positions are never removed,
     so running requests go on with it)."""
-    for inputs in list(_packed_inputs):  # SGLang's own path reads their stored positions from now on
+    for inputs in list(_packed_inputs.values()):  # SGLang's own path reads their stored positions from now on
         _materialize(inputs)
     for owner, name, original in reversed(_patches):
         if original is _ADDED:
@@ -572,20 +575,23 @@ def _packing(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _pack_output(processor: Any, output: Any) -> None:
     """Pack the (3, L) positions of a processor's output (:class:`mrope.serving.PackedPrompt`, whatever
-    path of SGLang or mrope computed them: the packed prompt renders them exactly) and ship that instead:
-    the tensor is dropped from the output (check mode ships both: SGLang's path reads the tensor). On any
-    exception the output is left as it is (SGLang's tensor, today's path)."""
+    path of SGLang or mrope computed them: the packed prompt renders them exactly) and ship that instead,
+    in its first item's ``model_specific_data`` (:data:`PACKED_KEY`: SGLang's transport carries arrays
+    there), the tensor dropped (check mode ships both: SGLang's path reads the tensor). On any exception
+    the output is left as it is (SGLang's tensor, today's path)."""
     model_type = getattr(getattr(processor, "hf_config", None), "model_type", None)
     positions = getattr(output, "mrope_positions", None)
     delta = getattr(output, "mrope_position_delta", None)
-    if model_type not in PACKED_MODEL_TYPES or positions is None or delta is None:
+    items = getattr(output, "mm_items", None)
+    if model_type not in PACKED_MODEL_TYPES or positions is None or delta is None or not items:
         return
     start = time.perf_counter_ns()
     try:
         if positions.ndim == 3:
             positions = positions.squeeze(1)
         packed = PackedPrompt.from_positions(positions, int(delta.reshape(-1)[0]))
-        vars(output)[PACKED_ATTRIBUTE] = packed
+        # a new dict: the item's may be shared with a processor cache
+        items[0].model_specific_data = {**items[0].model_specific_data, PACKED_KEY: packed.to_array()}
     except Exception as error:  # nothing mrope does may fail the engine
         _fall_back("packing a prompt", error)
         _stats["fallback_packs"] += 1
@@ -598,16 +604,29 @@ def _pack_output(processor: Any, output: Any) -> None:
 
 
 def _carrying(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``MultimodalInputs.from_processor_output`` that carries the output's packed prompt along."""
+    """``MultimodalInputs.from_processor_output`` that takes the packed prompt out of the items (nothing
+    downstream sees it) onto the multimodal inputs; a packed prompt it cannot read is dropped (logged),
+    and SGLang computes the positions in the scheduler, as for any request shipped without them."""
 
     @functools.wraps(original)
     def from_processor_output(obj: Any, *args: Any, **kwargs: Any) -> Any:
         inputs = original(obj, *args, **kwargs)
-        packed = packed_prompt(obj)
-        if packed is not None:
-            vars(inputs)[PACKED_ATTRIBUTE] = packed
-            if vars(inputs).get("mrope_positions") is None:
-                _packed_inputs.add(inputs)
+        array = None
+        for item in getattr(inputs, "mm_items", None) or ():
+            data = item.model_specific_data
+            if PACKED_KEY in data:
+                data = dict(data)
+                array = data.pop(PACKED_KEY)
+                item.model_specific_data = data
+        if array is None:
+            return inputs
+        try:
+            vars(inputs)[PACKED_ATTRIBUTE] = PackedPrompt.from_array(array)
+        except Exception as error:  # nothing mrope does may fail the engine
+            _fall_back("a packed prompt", error)
+            return inputs
+        if vars(inputs).get("mrope_positions") is None:
+            _packed_inputs[id(inputs)] = inputs
         return inputs
 
     return from_processor_output
@@ -636,7 +655,7 @@ def _materialize(inputs: Any) -> Any:
     if values.get("mrope_positions") is None:
         values["mrope_positions"] = torch.from_numpy(values[PACKED_ATTRIBUTE].positions())
         _stats["materialized"] += 1
-    _packed_inputs.discard(inputs)
+    _packed_inputs.pop(id(inputs), None)
     return values["mrope_positions"]
 
 

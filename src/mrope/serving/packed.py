@@ -59,6 +59,27 @@ class PackedPrompt:
         segments[IS_TEXT, 0] = 1
         return cls(segments, length, 0)
 
+    def to_array(self) -> np.ndarray:
+        """The packed prompt as one (1, 2 + 6 * S) int64 array, ``[length, delta, segments row-major]``,
+        for transports that carry arrays only (SGLang's msgpack between its processes)."""
+        header = np.array([self.length, self.delta], dtype=np.int64)
+        return np.concatenate([header, self.segments.reshape(-1)])[None]
+
+    @classmethod
+    def from_array(cls, array: Any) -> PackedPrompt:
+        """The packed prompt :meth:`to_array` wrote (numpy or torch), checked (:meth:`check`)."""
+        values = np.asarray(array)
+        if values.dtype != np.int64 or values.ndim != 2 or values.shape[0] != 1:
+            raise MRopeError(f"a packed prompt's array is (1, n) int64, got {values.dtype} {values.shape}")
+        if values.shape[1] < 2 + NUM_ROWS or (values.shape[1] - 2) % NUM_ROWS:
+            raise MRopeError(
+                f"a packed prompt's array holds 2 + {NUM_ROWS} * S values, got {values.shape[1]}"
+            )
+        length, delta = (int(v) for v in values[0, :2])
+        packed = cls(values[0, 2:].reshape(NUM_ROWS, -1).copy(), length, delta)
+        packed.check()
+        return packed
+
     def positions(self) -> np.ndarray:
         """The prompt's (3, length) int64 positions, rendered from the segments (for a reader that needs
         the dense form, e.g. an engine's own path)."""

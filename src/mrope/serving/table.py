@@ -43,12 +43,12 @@ from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
 from ._checks import as_index, table_dtype
 from ._numpy_step import NumpyStep
-from .packed import PackedPrompt
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._rows import check_rows_out, write_index_rows
 from ._segments import from_positions, nonempty, positions_input
 from ._snapshot import restore, snapshot
 from ._state import PLEN, SlotState
+from .packed import PackedPrompt
 
 _INT64_MAX = (1 << 63) - 1
 BACKENDS = ("auto", "numba", "numpy")
