@@ -63,6 +63,11 @@ class RunnerTable:
         self.generation = np.full(size, -1, dtype=np.int64)
         self.refused = np.zeros(size, dtype=bool)
         self.count, self.warn = count, warn
+        # read each step: the pool's generation counter as a numpy view (its memory, bound once), the
+        # refused slots' count (none: nothing to look up), and SGLang's RL setting (fixed at start)
+        self.pool_generation = pool.req_generation.numpy()
+        self.num_refused = 0
+        self.rl_on_policy = _rl_on_policy()
         self.host = torch.device(device).type == "cpu" if host is None else host
         if self.host:  # compile (or load) the steps for SGLang's array types now, not at a step
             none64, none32 = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
@@ -72,14 +77,15 @@ class RunnerTable:
     def serves(self, batch: Any) -> bool:
         """Register the batch's new requests; whether mrope writes this step (no refused request)."""
         slots_cpu = getattr(batch, "req_pool_indices_cpu", None)
-        if slots_cpu is None or _rl_on_policy():
+        if slots_cpu is None or self.rl_on_policy:
             return False
         slots = slots_cpu.numpy()
-        generation = self.pool.req_generation.numpy()[slots]
-        new = np.flatnonzero(self.generation[slots] != generation)
-        for i in new.tolist():  # admission only: requests new to their slot
-            self.admit(int(slots[i]), int(generation[i]), batch.reqs[i], batch.multimodal_inputs[i])
-        return not self.refused[slots].any()
+        generation = self.pool_generation[slots]
+        new = self.generation[slots] != generation
+        if new.any():
+            for i in np.flatnonzero(new).tolist():  # admission only: requests new to their slot
+                self.admit(int(slots[i]), int(generation[i]), batch.reqs[i], batch.multimodal_inputs[i])
+        return not (self.num_refused and self.refused[slots].any())
 
     def admit(self, slot: int, generation: int, req: Any, mm: Any) -> None:
         """Register ``req`` in ``slot``; a request mrope cannot register is refused (SGLang's path)."""
@@ -88,10 +94,12 @@ class RunnerTable:
         self.generation[slot] = generation
         if slot in self.table:
             self.table.remove(slot)
+        self.num_refused -= int(self.refused[slot])
         try:
             self.register(slot, req, mm)
         except Exception as error:  # its batches take SGLang's path
             self.refused[slot] = True
+            self.num_refused += 1
             self.count("fallback_requests")
             self.warn(f"request {getattr(req, 'rid', '?')!r}", error)
             return
