@@ -40,7 +40,10 @@ NUMPY_VENV := .venv-numpy
 # environment's import path, for the tests, their engine subprocesses and the benchmarks alike.
 support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mrope_tests.pth"
 
-.PHONY: venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-vllm-034 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
+# Where `make dist` installs the wheel to check it: a fresh numpy-only venv, a folder for vLLM's environment.
+DIST_CHECK := .cache/dist-check
+
+.PHONY: dist venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-vllm-034 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -124,6 +127,25 @@ docs: $(DOCS_VENV)/bin/.installed
 # The docs' pictures again (docs/images from docs/examples, by `mrope show`; needs matplotlib).
 docs-pictures: venv
 	$(BIN)/python docs/make_pictures.py
+
+# The sdist and the wheel into dist/, built by setuptools' own hooks in the development environment
+# (nothing is downloaded), then checked where a user installs them: the wheel into a fresh venv with only
+# numpy (mrope imports from it and computes one prompt's positions), and into vLLM's environment, where
+# vLLM's plugin loader finds and loads the wheel's vllm.general_plugins entry point (skipped without
+# .venv-vllm). tests/test_package.py checks what the wheel ships.
+dist: venv
+	rm -rf dist build
+	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist'); b.build_wheel('dist')"
+	rm -rf build src/*.egg-info
+	rm -rf $(DIST_CHECK) && $(PY) -m venv $(DIST_CHECK)/numpy-only
+	$(DIST_CHECK)/numpy-only/bin/pip install -q dist/mrope-*.whl
+	cd $(DIST_CHECK) && numpy-only/bin/python $(CURDIR)/scripts/check_dist.py numpy-only
+	@if [ -f $(VLLM_BIN)/.installed ]; then \
+		$(VLLM_BIN)/pip install -q --no-deps --target $(DIST_CHECK)/vllm dist/mrope-*.whl && \
+		cd $(DIST_CHECK) && PYTHONPATH=$(abspath $(DIST_CHECK)/vllm) $(abspath $(VLLM_BIN))/python \
+			$(CURDIR)/scripts/check_dist.py vllm-plugin; \
+	else echo "dist: no .venv-vllm (make venv-vllm creates it), the vLLM plugin check skipped"; fi
+	@ls -l dist
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
@@ -228,4 +250,4 @@ audit-vllm:
 	$(PY) scripts/vllm_audit.py --pypi $(VERSION) --cache $(VLLM_SRC_CACHE) $(if $(WRITE),--write)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results
+	rm -rf $(VENV) $(VLLM_VENV) $(SGLANG_VENV) $(NUMPY_VENV) $(DOCS_VENV) site build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis bench-results

@@ -129,3 +129,11 @@ def test_wheel_ships_only_the_library(tmp_path):
             assert f"{target.replace('.', '/')}.py" in modules, (
                 f"command {line!r} runs a module outside the wheel"
             )
+    # the engines find the integrations by these entry points (make dist loads vLLM's through vLLM)
+    for group, target in (
+        ("vllm.general_plugins", "mrope.integrations.vllm:register"),
+        ("sglang.srt.plugins", "mrope.integrations.sglang:register"),
+    ):
+        assert re.search(rf"\[{re.escape(group)}\]\nmrope = {re.escape(target)}\n", text), (group, text)
+        package = target.split(":")[0].replace(".", "/")
+        assert f"{package}.py" in modules or f"{package}/__init__.py" in modules, target

@@ -19,6 +19,7 @@ from mrope.rotary import (
     apply_mrope,
     build_cos_sin_cache,
     pair_rows,
+    rotary_embedding_for,
     rotary_embedding_from_config,
     section_rows,
 )
@@ -588,16 +589,16 @@ def test_family_rotary_embedding_defaults_and_options():
 
     cfg = CONFIG_MAPPING["qwen2_5_vl"](text_config=_QWEN2).to_dict()
     family = from_config(cfg)
-    rope = family.rotary_embedding()
+    rope = rotary_embedding_for(family)
     assert rope.dtype == torch.bfloat16 and rope.check_positions and rope.backend == "auto"
     assert rope.max_position == cfg["text_config"]["max_position_embeddings"]
-    fast = family.rotary_embedding(
-        dtype=torch.float32, check_positions=False, backend="native", positions_factor=4
+    fast = rotary_embedding_for(
+        family, dtype=torch.float32, check_positions=False, backend="native", positions_factor=4
     )
     assert (fast.dtype, fast.check_positions, fast.backend) == (torch.float32, False, "native")
     assert fast.max_position == 4 * rope.max_position
     assert torch.equal(fast.cos_sin_cache[: rope.max_position], rope.cos_sin_cache)
-    assert family.rotary_embedding(max_position=1000).max_position == 1000
+    assert rotary_embedding_for(family, max_position=1000).max_position == 1000
     # the module built from the family rotates as the one built from its text config directly
     direct = rotary_embedding_from_config(
         cfg["text_config"], layout="chunked", is_neox_style=True, dtype=torch.float32, check_positions=False
@@ -609,9 +610,9 @@ def test_family_rotary_embedding_defaults_and_options():
     )
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     with pytest.raises(MRopeError, match=r"positions_factor must be a positive int, got 0"):
-        family.rotary_embedding(positions_factor=0)
+        rotary_embedding_for(family, positions_factor=0)
     with pytest.raises(MRopeError, match=r"backend 'cuda' is not one of"):
-        family.rotary_embedding(backend="cuda")
+        rotary_embedding_for(family, backend="cuda")
 
 
 def test_section_rows_tables():
@@ -621,6 +622,8 @@ def test_section_rows_tables():
 
 
 def test_legacy_config_json_reads_like_5x():
+    from mrope.families import from_config
+
     legacy = {
         "model_type": "glm4v_text",
         "hidden_size": 256,
@@ -635,9 +638,15 @@ def test_legacy_config_json_reads_like_5x():
     assert rope.base == 1e4 and rope.mrope_section == (8, 12, 12)
     no_section = {**legacy, "rope_scaling": {"type": "mrope"}}
     rope = rotary_embedding_from_config(
-        no_section, layout="chunked", is_neox_style=False, dtype=torch.bfloat16
+        no_section, layout="chunked", is_neox_style=False, default_mrope_section=(8, 12, 12)
     )
-    assert rope.mrope_section == (8, 12, 12)  # transformers' class default for glm4v_text
+    assert rope.mrope_section == (8, 12, 12)  # the default given where the config states none
+    with pytest.raises(MRopeError, match=r"text config \(model_type 'glm4v_text'\) has no mrope_section"):
+        rotary_embedding_from_config(no_section, layout="chunked", is_neox_style=False)
+    # a family gives transformers' class default for its text model type
+    family = from_config({**CONFIG_MAPPING["glm4v"]().to_dict(), "text_config": no_section})
+    assert family.rotary_arguments()["default_mrope_section"] == (8, 12, 12)
+    assert rotary_embedding_for(family).mrope_section == (8, 12, 12)
 
 
 @pytest.mark.parametrize(
@@ -767,7 +776,7 @@ def test_family_rotary_embedding_with_zero_heads_is_an_mrope_error():
 
     family = from_config(CONFIG_MAPPING["qwen2_5_vl"](text_config={**_QWEN2, "num_attention_heads": 0}))
     with pytest.raises(MRopeError, match=r"has num_attention_heads = 0, expected a positive int"):
-        family.rotary_embedding()
+        rotary_embedding_for(family)
 
 
 def test_numpy_scalars_are_taken_as_position_table_takes_them():

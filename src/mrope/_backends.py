@@ -6,7 +6,6 @@ torch is imported only when a caller already passed a torch tensor (it is then i
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sys
 from typing import Any
@@ -21,22 +20,6 @@ NUMBA_ENV = "MROPE_NUMBA"
 #: the values of an environment variable that mean "off" (``MROPE_NUMBA``, ``MROPE_VLLM``)
 OFF_VALUES = ("0", "false", "off", "no")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: mrope's logger (the integrations log to its children, ``mrope.integrations.*``)
-logger = logging.getLogger("mrope")
-#: the keys of the notes :func:`note_once` has logged in this process
-_noted: set[str] = set()
-
-
-def note_once(key: str, message: str) -> None:
-    """Log ``message`` as a warning of the ``mrope`` logger the first time ``key`` is noted in this
-    process: a fallback that every later call takes too (a compiled path not compiled, numba's cache
-    not kept) is said once, not per call. Kept here, in a module that always imports, so that a module
-    whose import fails and is tried again does not say it again."""
-    if key not in _noted:
-        _noted.add(key)
-        logger.warning(message)
-
-
 #: the values of an integration's environment variable (``MROPE_VLLM``, ``MROPE_SGLANG``) that mean "on"
 ON_VALUES = ("1", "true", "on", "yes", "mrope")
 
@@ -61,7 +44,7 @@ def numba_allowed() -> bool:
     other value (``maybe``, a typo) raises :class:`MRopeError` naming it, at every call that chooses a
     path, rather than count silently as one or the other. Read once per process, when mrope first
     chooses a path: reading the environment costs some 10 us in a cold cache, more than a short call's
-    whole work (an engine's prompt); :func:`read_numba_env_again` reads it again."""
+    whole work (an engine's prompt); :func:`mrope.core.kernels.read_numba_env_again` reads it again."""
     given = os.environ.get(NUMBA_ENV, "")
     value = given.strip().lower()
     if value in OFF_VALUES:
@@ -72,46 +55,6 @@ def numba_allowed() -> bool:
         f"{NUMBA_ENV}={given!r} is neither off ({', '.join(OFF_VALUES)}: mrope keeps numpy) nor on "
         f"({', '.join(NUMBA_ON_VALUES)}, or unset: mrope compiles with numba where it imports)"
     )
-
-
-def read_numba_env_again() -> None:
-    """Have mrope read ``MROPE_NUMBA`` again (it reads it once per process), for a caller that changed it:
-    the kernels handed out so far are chosen anew."""
-    numba_allowed.cache_clear()
-    _kernels.clear()
-
-
-@functools.cache
-def _compiled_backend() -> Any:
-    try:
-        from .core import compiled
-    except ImportError:  # numba missing, or not built for this numpy
-        return None
-    return compiled
-
-
-#: the module of mrope's numba backend (its kernels: :func:`compiled_kernel`)
-COMPILED_MODULE = "mrope.core.compiled"
-#: the kernels :func:`compiled_kernel` has handed out, by name: one dict read answers a short call (the
-#: checks below cost microseconds in a cold cache)
-_kernels: dict[str, Any] = {}
-
-
-def compiled_kernel(name: str, *, load: bool = True) -> Any:
-    """The kernel ``name`` of mrope's numba backend (:mod:`mrope.core.compiled`), or ``None`` where numba
-    does not import or ``MROPE_NUMBA`` is off (the import is tried once per process). ``load=False``:
-    ``None`` too while nothing has loaded that backend yet, so a short call never pays numba's import
-    (a long render, a compiled serving step or an integration's ``enable`` loads it)."""
-    kernel = _kernels.get(name)
-    if kernel is not None:
-        return kernel
-    if not numba_allowed() or (not load and COMPILED_MODULE not in sys.modules):
-        return None
-    backend = _compiled_backend()
-    if backend is None:
-        return None
-    kernel = _kernels[name] = getattr(backend, name)
-    return kernel
 
 
 def overlapping(shape: Any, strides: Any, itemsize: int = 1) -> bool:

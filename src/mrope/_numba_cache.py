@@ -10,7 +10,7 @@ the same code finds the same entry in every process. Entries of older digests st
 
 Where numba cannot keep its cache (no writable directory for it: a read-only install whose ``HOME``
 is not writable either, where ``cache=True`` raises "no locator available"), :func:`cached_njit`
-compiles without a cache and says so once in a log (:func:`mrope._backends.note_once`). Where numba's
+compiles without a cache and says so once in a log (:func:`mrope._errors.note_once`). Where numba's
 JIT is disabled (``NUMBA_DISABLE_JIT=1``, numba's debugging switch: ``njit`` then returns the Python
 function, which neither compiles nor runs at a compiled speed), this module raises ``ImportError``, as
 where numba is missing, and says so once: mrope runs its numpy paths.
@@ -31,7 +31,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from ._backends import note_once
+from ._errors import note_once
 
 if numba.config.DISABLE_JIT:
     note_once(

@@ -1,6 +1,6 @@
 """The numba backend's scan (:func:`mrope.core.compiled.item_starts`) against numpy's
 (:func:`mrope.core.blocks.locate_few`), and how the backend is loaded
-(:func:`mrope._backends.compiled_kernel`)."""
+(:func:`mrope.core.kernels.compiled_kernel`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_short_call_never_loads_the_compiled_backend():
     mrope reads once per process (again after ``read_numba_env_again()``)."""
     code = (
         "import sys, os\n"
-        "from mrope._backends import compiled_kernel, read_numba_env_again\n"
+        "from mrope.core.kernels import compiled_kernel, read_numba_env_again\n"
         "assert compiled_kernel('item_starts', load=False) is None\n"
         "assert 'numba' not in sys.modules\n"
         "assert compiled_kernel('item_starts') is not None\n"

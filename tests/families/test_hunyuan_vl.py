@@ -168,17 +168,18 @@ def test_three_row_consumers_refuse_it(peer):
 
 @HUNYUAN
 def test_its_rotary_embedding_rotates_its_positions_as_transformers(peer):
-    """Family.rotary_embedding takes the family's num_dims rows (layout "hunyuan": each channel of a
+    """rotary_embedding_for(family) takes the family's num_dims rows (layout "hunyuan": each channel of a
     pair from its own row): on a prompt's positions it rotates as transformers' HunYuanVL rotary."""
     require("torch", "transformers")
     import torch
 
+    from mrope.rotary import rotary_embedding_for
     from support.hunyuan_rotary import hunyuan_reference
 
     family = peer.family("transformers")
     prompt = build_prompt(family, [text(2), Image(2, 4), text(3), Image(4, 2), text(1)])
     positions = torch.from_numpy(family.positions(prompt.input_ids, **prompt.kwargs())[0])
-    rope = family.rotary_embedding(dtype=torch.float32)
+    rope = rotary_embedding_for(family, dtype=torch.float32)
     assert (rope.layout, rope.num_rows) == ("hunyuan", family.num_dims)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(positions.shape[1], 2, rope.head_size, generator=g)
@@ -192,6 +193,7 @@ def test_its_rotary_embedding_rotates_its_positions_as_transformers(peer):
 def test_its_rotary_embedding_refuses_rows_its_sections_do_not_give():
     require("torch")
     from mrope.families.hunyuan_vl import HunYuanVL
+    from mrope.rotary import rotary_embedding_for
 
     text_config = {"head_dim": 128, "max_position_embeddings": 64}
     text_config["rope_parameters"] = {"rope_theta": 1e4, "mrope_section": [32, 16, 16]}
@@ -207,4 +209,4 @@ def test_its_rotary_embedding_refuses_rows_its_sections_do_not_give():
         match=r"hunyuan_vl gives 4 rows of positions, but its rotary layout 'hunyuan' with mrope_section "
         r"\[32, 16, 16\] takes 3",
     ):
-        family.rotary_embedding()
+        rotary_embedding_for(family)

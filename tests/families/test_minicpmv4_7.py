@@ -204,6 +204,8 @@ def test_the_vllm_integration_serves_it_in_positions_mode():
 
 def test_the_rotary_embedding_is_qwen3_5s(minicpm):
     require("torch")
+    from mrope.rotary import rotary_embedding_for
+
     _, family = minicpm
-    rope = family.rotary_embedding()
+    rope = rotary_embedding_for(family)
     assert rope.num_rows == 3

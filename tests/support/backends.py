@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mrope._backends import NUMBA_ENV, read_numba_env_again
+from mrope._backends import NUMBA_ENV
+from mrope.core.kernels import read_numba_env_again
 
 from .peers import require_module
 

@@ -13,7 +13,7 @@ segments in order and keeps the quotient and remainder by counting (:func:`write
 the one of :mod:`mrope.core.segments` (:func:`render_formula`, compiled over scalars and inlined); the
 tests check that this render and the numpy one give the same positions.
 
-numba is optional: this module imports it and is imported only by :func:`mrope.core.render.compiled`,
+numba is optional: this module imports it and is loaded by :func:`mrope.core.kernels.compiled_kernel`,
 which returns ``None`` where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache entry is
 named after a digest of what the render compiles (:func:`mrope._numba_cache.cached_njit`: its source,
 the formula's and the field rows it bakes in), so a change to any of them compiles anew.

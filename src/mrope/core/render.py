@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import compiled_kernel
+from .kernels import compiled_kernel
 from .place import Placed, temporal_index
 from .renderer import find_segments, render_at
 from .segments import START, SegmentBuilder, SegmentTable
@@ -74,7 +74,7 @@ COMPILED_FROM = 1 << 12
 
 def compiled_render() -> Any:
     """:func:`mrope.core.compiled.render_table`, or ``None`` where numba does not import or
-    ``MROPE_NUMBA=0`` (:func:`mrope._backends.compiled_kernel`)."""
+    ``MROPE_NUMBA=0`` (:func:`mrope.core.kernels.compiled_kernel`)."""
     return compiled_kernel("render_table")
 
 

@@ -1,29 +1,11 @@
 """The renderer: find each token's segment, take its offset, render it (numpy); the one copy of these steps.
 
-Every position mrope computes from a segment table goes through two primitives per backend: a *segment
-lookup* (which segment holds each token) and a *render at segments* (the offset from the segment's
-origin, divided by its width, through :func:`mrope.core.segments.render_formula`), plus the *decode
-tail* (``index + delta`` on all three rows, the positions past a prompt). The backends and their
-callers:
-
-======================  =====================================  =============================================
-backend                 primitives                             callers
-======================  =====================================  =============================================
-numpy (this module)     :func:`find_segments`,                 :func:`mrope.core.render.render` and
-                        :func:`render_at`,                     ``render_all`` (which finds segments by a
-                        :func:`render_tail`                    running count: a sorted walk), the int64 step
-                                                               of :class:`mrope.serving.PositionTable`
-                                                               (:mod:`mrope.serving._numpy_step`: ``fill``,
-                                                               ``decode``, ``fill_ragged`` on the host), the
-                                                               float32 step (:mod:`mrope.serving._float`)
-numba                   :func:`mrope.core.compiled             :func:`mrope.core.compiled.render_table` (a
-                        .find_segment`, ``write_run``,         sorted walk), the compiled serving step
-                        ``write_tail``                         (:mod:`mrope.serving._compiled`)
-torch                   :mod:`mrope.serving._torch_render`     the device step (:mod:`mrope.serving.device`:
-                                                               ``fill``, ``decode``, ``fill_ragged``)
-Triton                  ``_find_segment``, ``_render_at`` of   the device ``fill_ragged`` kernel
-                        :mod:`mrope.serving._triton`
-======================  =====================================  =============================================
+Every position mrope computes from a segment table goes through two primitives: a *segment lookup*
+(which segment holds each token) and a *render at segments* (the offset from the segment's origin,
+divided by its width, through :func:`mrope.core.segments.render_formula`), plus the *decode tail*
+(``index + delta`` on every row, the positions past a prompt). Each backend writes these primitives
+once, so that "find the segment, take its offset, render with the formula" is one algorithm: numpy
+here, numba in :mod:`mrope.core.compiled`, torch and Triton in the serving package's device paths.
 
 The one-row fast path (:func:`mrope.core.one_row.render_one_row`) renders a frame with the formula at base 0
 once and translates it (the formula is affine in ``t0`` and ``hw0``), and a text run as a slice of an

@@ -61,10 +61,6 @@ FAMILIES: tuple[type[Family], ...] = (
 REGISTRY: dict[str, type[Family]] = {t: cls for cls in FAMILIES for t in cls.model_types}
 #: remote-code configs (whose ``model_type`` varies) by architecture: the model type mrope gives them
 ARCHITECTURES: dict[str, str] = {arch: t for cls in FAMILIES for arch, t in cls.architectures.items()}
-#: transformers' default ``mrope_section`` by text ``model_type``, as the families state it
-DEFAULT_MROPE_SECTIONS: dict[str, tuple[int, int, int]] = {
-    text_type: section for cls in FAMILIES for text_type, section in cls.default_mrope_sections.items()
-}
 # sub-configs that from_config descends into, in order, when the config has them
 NESTED_CONFIGS = ("thinker_config",)
 
@@ -148,7 +144,6 @@ def from_config(
 
 __all__ = [
     "ARCHITECTURES",
-    "DEFAULT_MROPE_SECTIONS",
     "FAMILIES",
     "REGISTRY",
     "ArrayLike",

@@ -51,12 +51,6 @@ from .inputs import (
     split_items,
 )
 
-if TYPE_CHECKING:
-    import torch
-
-    from ..rotary import MRotaryEmbedding
-
-
 # what each setting holds (token ids, named ``*_id``, are ints >= 0): "size", an int >= 1; "rate", a
 # finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk); "choice", one
 # of SETTING_CHOICES
@@ -133,8 +127,8 @@ class Family:
     architectures: ClassVar[dict[str, str]] = {}
     rotary_layout: ClassVar[str] = "chunked"
     rotary_is_neox_style: ClassVar[bool] = True
-    #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (read
-    #: by :func:`mrope.rotary.rotary_embedding_from_config` when a config leaves it out)
+    #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (given
+    #: to the rotary builder by :meth:`rotary_arguments`, for a config that leaves it out)
     default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
     #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
     #: ``"glm"``, ``"ernie"``, ``"omni"`` or ``"newline"``; None: no layout known (give ``input_ids``)
@@ -159,7 +153,7 @@ class Family:
     #: the arithmetic of scaled video time under compat "vllm": "float32" or "float64"
     #: (:data:`mrope.core.place.VIDEO_TIMES`); under "transformers" the seconds' dtype decides
     video_time: str = "float32"
-    #: the config the family was read from (its text config makes :meth:`rotary_embedding`)
+    #: the config the family was read from (its text config describes the rotary: :meth:`rotary_arguments`)
     config: Mapping[str, Any] = field(default_factory=dict)
     if TYPE_CHECKING:  # every family has it (a setting field of each)
         spatial_merge_size: int
@@ -591,45 +585,19 @@ class Family:
             )
             raise MRopeError(f"{self.model_type} takes no {', '.join(unknown)} ({takes})")
 
-    def rotary_embedding(
-        self,
-        *,
-        dtype: torch.dtype | None = None,
-        backend: str = "auto",
-        check_positions: bool = True,
-        max_position: int | None = None,
-        positions_factor: int = 1,
-    ) -> MRotaryEmbedding:
-        """The :class:`mrope.MRotaryEmbedding` of this family's text config (needs torch).
-
-        ``dtype`` defaults to ``torch.bfloat16``; the other arguments are those of
-        :func:`mrope.rotary.rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA
-        graphs; ``positions_factor`` or ``max_position`` to size the cache past the token count).
-        The module takes the family's :attr:`num_dims` rows of positions (:attr:`rotary_layout`
-        ``"hunyuan"``: one per ``mrope_section`` entry); a layout whose rows differ raises
-        :class:`MRopeError`.
-        """
-        import torch
-
-        from ..rotary import rotary_embedding_from_config
-
+    def rotary_arguments(self) -> dict[str, Any]:
+        """What this family decides of its rotary embedding, as the keyword arguments of
+        :func:`mrope.rotary.rotary_embedding_from_config`: its text config (``text_config``, else the config
+        itself), ``layout``, ``is_neox_style``, and ``default_mrope_section``, transformers' default for
+        the text config's ``model_type`` (None where no family states one), used where the config leaves
+        ``mrope_section`` out. :func:`mrope.rotary.rotary_embedding_for` builds the module from them."""
         text_config = self.config.get("text_config") or self.config
-        rope = rotary_embedding_from_config(
-            text_config,
-            layout=self.rotary_layout,
-            is_neox_style=self.rotary_is_neox_style,
-            dtype=torch.bfloat16 if dtype is None else dtype,
-            backend=backend,
-            check_positions=check_positions,
-            max_position=max_position,
-            positions_factor=positions_factor,
-        )
-        if rope.num_rows != self.num_dims:
-            raise MRopeError(
-                f"{self.model_type} gives {self.num_dims} rows of positions, but its rotary layout "
-                f"{self.rotary_layout!r} with mrope_section {list(rope.mrope_section)} takes {rope.num_rows}"
-            )
-        return rope
+        return {
+            "text_config": text_config,
+            "layout": self.rotary_layout,
+            "is_neox_style": self.rotary_is_neox_style,
+            "default_mrope_section": default_mrope_section(text_config.get("model_type", "")),
+        }
 
     # -- checks -------------------------------------------------------------------------------------
     @property
@@ -676,6 +644,17 @@ def _families() -> list[type[Family]]:
         found += subclasses
         todo += subclasses
     return found
+
+
+def default_mrope_section(text_model_type: str) -> tuple[int, ...] | None:
+    """transformers' default ``mrope_section`` of a text ``model_type``, as a family states it in
+    :attr:`Family.default_mrope_sections` (any family: Alpamayo 2 Super's text config is Qwen3-VL's);
+    None where none does."""
+    for cls in _families():
+        section = cls.default_mrope_sections.get(text_model_type)
+        if section is not None:
+            return section
+    return None
 
 
 def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._backends import compiled_kernel
 from .._errors import MRopeError
 from ..core import FEW_BLOCKS, BlockRow, Blocks, block_rows, blocks_from_rows, render_one_row
 from ..core.blocks import (
@@ -21,6 +20,7 @@ from ..core.blocks import (
     locate_few,
     locate_items,
 )
+from ..core.kernels import compiled_kernel
 from ..core.place import check_row_bound
 from ._grids import grid_tokens, merge_divisor
 

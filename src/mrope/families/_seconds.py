@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,11 +19,25 @@ from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
 from .inputs import Seconds, seconds_dtype
 
-if TYPE_CHECKING:
-    from ._base import Family
+
+class VideoTiming(Protocol):
+    """What these checks read of a family (:class:`mrope.Family` has it): how it scales video time."""
+
+    @property
+    def model_type(self) -> str: ...
+    @property
+    def uses_second_per_grid_ts(self) -> bool: ...
+    @property
+    def video_frames_in_prompt(self) -> bool: ...
+    @property
+    def video_temporal_merge(self) -> int: ...
+    @property
+    def time_rate(self) -> float: ...
+    @property
+    def default_second_per_grid_ts(self) -> float: ...
 
 
-def check_second_per_grid_ts(family: Family, seconds: Any, videos: np.ndarray) -> Seconds | None:
+def check_second_per_grid_ts(family: VideoTiming, seconds: Any, videos: np.ndarray) -> Seconds | None:
     """The seconds per grid step of each video as float64 with the dtype they were given in (None if
     not given; see :class:`Seconds`): each in ``[0, LARGEST_POSITION]``, and, for families that scale
     time, no video's last frame past ``LARGEST_POSITION`` (its time index, ``(T - 1) * seconds *
@@ -49,7 +63,7 @@ def check_second_per_grid_ts(family: Family, seconds: Any, videos: np.ndarray) -
     return checked
 
 
-def check_seconds(family: Family, given: list[float] | None, frames: Sequence[int]) -> None:
+def check_seconds(family: VideoTiming, given: list[float] | None, frames: Sequence[int]) -> None:
     """The rules of :func:`check_second_per_grid_ts` on Python values: each video's seconds per grid
     step (``given``; None: not given, the family's ``default_second_per_grid_ts`` each) in ``[0,
     LARGEST_POSITION]`` and, for families that scale time, the time index of each video's last frame
@@ -75,13 +89,13 @@ def check_seconds(family: Family, given: list[float] | None, frames: Sequence[in
             )
 
 
-def seconds_refused(family: Family) -> MRopeError:
+def seconds_refused(family: VideoTiming) -> MRopeError:
     """The error for seconds given to a family that does not scale video time."""
     return MRopeError(f"{family.model_type} does not scale video time: second_per_grid_ts must be None")
 
 
 def check_frame_offsets(
-    family: Family, frame_offsets: Any, videos: np.ndarray, video_offsets: list[int] | None
+    family: VideoTiming, frame_offsets: Any, videos: np.ndarray, video_offsets: list[int] | None
 ) -> np.ndarray:
     """``frame_offsets`` as an int64 array, one per video frame; only for frame families, with
     ``video_offsets``."""

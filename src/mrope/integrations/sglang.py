@@ -54,9 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import compiled_kernel, env_mode
+from .._backends import env_mode
 from .._errors import MRopeError
 from ..batch import get_rope_index as mrope_get_rope_index
+from ..core.kernels import compiled_kernel
 from ..families import Family, find_image_positions, from_config
 from ..serving import PackedPrompt
 from ._sglang_audit import AUDITED, installed_release

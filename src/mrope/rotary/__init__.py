@@ -30,14 +30,14 @@ transformers builds its angles, so float32 results match transformers to the las
 Modules by concern: :mod:`.layouts` (which row each frequency, or channel, takes), :mod:`.cache` (the
 cache and the gather of each token's row), :mod:`.checks` (the boundary checks), :mod:`.native` (the torch
 rotation, taking tensors), :mod:`.module` (:class:`MRotaryEmbedding`, which picks native or Triton once
-per device),
-:mod:`.functional` and :mod:`.config`; the Triton kernel is :mod:`mrope.ops.mrope_rotary`.
+per device), :mod:`.functional` (the operations the module runs) and :mod:`.config` (the module of a
+config or a family); the Triton kernel is :mod:`mrope.ops.mrope_rotary`.
 """
 
 # the cache builder, the layout table and the limits stay importable from here beside ``__all__``
 from .cache import MAX_POSITION_LIMIT as MAX_POSITION_LIMIT
 from .cache import build_cos_sin_cache as build_cos_sin_cache
-from .config import rotary_embedding_from_config
+from .config import rotary_embedding_for, rotary_embedding_from_config
 from .functional import apply_mrope, apply_mrope_inplace
 from .layouts import LAYOUTS
 from .layouts import pair_rows as pair_rows
@@ -50,5 +50,6 @@ __all__ = [
     "MRotaryEmbedding",
     "apply_mrope",
     "apply_mrope_inplace",
+    "rotary_embedding_for",
     "rotary_embedding_from_config",
 ]

@@ -1,17 +1,17 @@
-"""The :class:`MRotaryEmbedding` a transformers text config describes, with each family's default
-``mrope_section`` where the config leaves it out."""
+"""The :class:`MRotaryEmbedding` a transformers text config describes (:func:`rotary_embedding_from_config`),
+and the one of a family (:func:`rotary_embedding_for`: the family gives its text config, layout, pairing
+and default ``mrope_section`` as arguments, so this module needs nothing of :mod:`mrope.families`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from .._errors import MRopeError
-from ..families import DEFAULT_MROPE_SECTIONS  # transformers' defaults, used when a config leaves it out
 from .checks import is_int
 from .layouts import SPLIT_LAYOUTS
 from .module import MRotaryEmbedding
@@ -22,6 +22,7 @@ def rotary_embedding_from_config(
     *,
     layout: str,
     is_neox_style: bool,
+    default_mrope_section: Sequence[int] | None = None,
     dtype: torch.dtype = torch.bfloat16,
     backend: str = "auto",
     check_positions: bool = True,
@@ -37,12 +38,15 @@ def rotary_embedding_from_config(
         a raw ``config.json`` dict of the same level. Reads ``head_dim`` (else ``hidden_size //
         num_attention_heads``), ``max_position_embeddings``, and from ``rope_parameters`` (5.x), else
         ``rope_scaling`` plus top-level keys (4.x ``config.json``): ``rope_theta``, ``rope_type``,
-        ``mrope_section`` (else the family default from ``model_type``), ``partial_rotary_factor``.
+        ``mrope_section`` (else ``default_mrope_section``), ``partial_rotary_factor``.
         With ``layout="hunyuan"``, HunYuan-VL's keys too: ``xdrope_section`` (``mrope_section``'s legacy
         name), and rope type ``"dynamic"`` (legacy ``"xdrope"``) with a fixed ``alpha``, the NTK-alpha
         base ``rope_theta * alpha ** (head_dim / (head_dim - 2))`` as transformers computes it.
     layout : {"chunked", "interleaved", "ernie", "hunyuan"}
     is_neox_style : bool
+    default_mrope_section : sequence of int, optional
+        The ``mrope_section`` of a config that states none: transformers' class default for its model
+        (:meth:`mrope.Family.rotary_arguments` gives its family's). Without it such a config is refused.
     dtype : torch.dtype, default torch.bfloat16
     backend : {"auto", "native", "triton"}, default "auto"
     check_positions : bool, default True
@@ -112,7 +116,7 @@ def rotary_embedding_from_config(
     section = (
         rope.get("mrope_section")
         or (rope.get("xdrope_section") if layout in SPLIT_LAYOUTS else None)
-        or DEFAULT_MROPE_SECTIONS.get(cfg.get("model_type", ""))
+        or default_mrope_section
     )
     if max_position is None:
         if not is_int(positions_factor) or positions_factor < 1:
@@ -139,10 +143,61 @@ def rotary_embedding_from_config(
     )
 
 
+class RotaryFamily(Protocol):
+    """What :func:`rotary_embedding_for` reads of a family (:class:`mrope.Family` has it)."""
+
+    model_type: str
+    #: rows of positions the family gives
+    num_dims: int
+
+    def rotary_arguments(self) -> dict[str, Any]:
+        """The arguments of :func:`rotary_embedding_from_config` the family decides."""
+        ...
+
+
+def rotary_embedding_for(family: RotaryFamily, **options: Any) -> MRotaryEmbedding:
+    """The :class:`MRotaryEmbedding` of a family's text config, taking the family's rows of positions.
+
+    Parameters
+    ----------
+    family : mrope.Family
+        From :func:`mrope.from_config`: its :meth:`~mrope.Family.rotary_arguments` give the text config,
+        the layout, the pairing and the default ``mrope_section``.
+    **options
+        ``dtype``, ``backend``, ``check_positions``, ``max_position``, ``positions_factor``: as in
+        :func:`rotary_embedding_from_config` (``check_positions=False`` for engines and CUDA graphs;
+        ``positions_factor`` or ``max_position`` to size the cache past the token count).
+
+    Returns
+    -------
+    MRotaryEmbedding
+        Taking the family's ``num_dims`` rows of positions (layout ``"hunyuan"``: one per
+        ``mrope_section`` entry).
+
+    Raises
+    ------
+    MRopeError
+        As :func:`rotary_embedding_from_config`, and where the layout and ``mrope_section`` take another
+        number of rows than the family gives.
+
+    Examples
+    --------
+    >>> family = mrope.from_config(config)  # doctest: +SKIP
+    >>> rope = rotary_embedding_for(family, dtype=torch.bfloat16)  # doctest: +SKIP
+    """
+    rope = rotary_embedding_from_config(**family.rotary_arguments(), **options)
+    if rope.num_rows != family.num_dims:
+        raise MRopeError(
+            f"{family.model_type} gives {family.num_dims} rows of positions, but its rotary layout "
+            f"{rope.layout!r} with mrope_section {list(rope.mrope_section)} takes {rope.num_rows}"
+        )
+    return rope
+
+
 def is_real(value: Any) -> bool:
     """A Python or numpy real number, not a bool (a config's float field)."""
     numeric = isinstance(value, (int, float, np.integer, np.floating))
     return numeric and not isinstance(value, (bool, np.bool_))
 
 
-__all__ = ["rotary_embedding_from_config"]
+__all__ = ["RotaryFamily", "rotary_embedding_for", "rotary_embedding_from_config"]

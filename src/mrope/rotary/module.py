@@ -1,5 +1,6 @@
 """The M-RoPE module: :class:`MRotaryEmbedding` checks its parameters, holds the cache and the layout
-tables as buffers, and chooses the path of integer positions (native or Triton) once per device."""
+tables as buffers, and chooses the path of integer positions (native or Triton) once per device; its
+``forward`` runs the operations of :mod:`mrope.rotary.functional`."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import torch
 from torch import nn
 
 from .._errors import MRopeError
-from .cache import MAX_POSITION_LIMIT, build_cos_sin_cache, column_index, cos_sin_rows, inv_freq, row_table
-from .checks import check_decode, check_positions, check_qk, check_range, checked_or_clamped, is_int
+from .cache import MAX_POSITION_LIMIT, build_cos_sin_cache, column_index, inv_freq, row_table
+from .checks import is_int
+from .functional import apply_mrope_decode_inplace, apply_mrope_inplace, token_cos_sin
 from .layouts import LAYOUTS, SPLIT_LAYOUTS, check_section, layout_num_rows, pair_rows
-from .native import rotate_qk_inplace
 
 BACKENDS = ("auto", "native", "triton")
 _BUFFERS = ("cos_sin_cache", "inv_freq", "freq_rows", "column_index")
@@ -242,19 +243,7 @@ class MRotaryEmbedding(nn.Module):
         apply_mrope : the out-of-place, differentiable twin.
         MRotaryEmbedding.forward_decode : decode tokens from ``seq_lens`` and per-row deltas.
         """
-        positions = check_positions(positions, query, self.num_rows)
-        self._check_qk_writable(query, key, positions.shape[-1])
-        if self.path == "triton" and not positions.is_floating_point():
-            from ..ops.mrope_rotary import mrope_rotary_inplace
-
-            if self.check_positions:
-                check_range(positions, self.max_position)
-            mrope_rotary_inplace(
-                query, key, positions, self.cos_sin_cache, self.freq_rows, self.head_size, self.is_neox_style
-            )
-            return query, key
-        cos_sin = self._cos_sin_rows(checked_or_clamped(positions, self.max_position, self.check_positions))
-        rotate_qk_inplace(query, key, cos_sin, self.head_size, self.is_neox_style)
+        apply_mrope_inplace(self, positions, query, key)
         return query, key
 
     def forward_decode(
@@ -277,30 +266,8 @@ class MRotaryEmbedding(nn.Module):
         tuple of torch.Tensor
             ``(query, key)``, the same objects, rotated.
         """
-        seq_lens, deltas = check_decode(seq_lens, deltas, query)
-        if self.path == "triton" and not deltas.is_floating_point():
-            from ..ops.mrope_rotary import mrope_rotary_decode_inplace
-
-            self._check_qk_writable(query, key, seq_lens.shape[0])
-            if self.check_positions:
-                check_range(seq_lens - 1 + deltas, self.max_position)
-            mrope_rotary_decode_inplace(
-                query, key, seq_lens, deltas, self.cos_sin_cache, self.head_size, self.is_neox_style
-            )
-            return query, key
-        return self.forward(seq_lens - 1 + deltas, query, key)
-
-    def _check_qk_writable(self, query: torch.Tensor, key: torch.Tensor, num_tokens: int) -> None:
-        """:func:`check_qk` with this module's dtype and sizes, for the in-place calls."""
-        check_qk(
-            query,
-            key,
-            num_tokens,
-            dtype=self.dtype,
-            head_size=self.head_size,
-            rotary_dim=self.rotary_dim,
-            writes=True,
-        )
+        apply_mrope_decode_inplace(self, seq_lens, deltas, query, key)
+        return query, key
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 cos and sin of every token's frequencies, rows already selected by layout.
@@ -319,16 +286,12 @@ class MRotaryEmbedding(nn.Module):
             different rows, each ``(num_tokens, rotary_dim)``: the pairs' first channels', then their
             second's (transformers' ``cos`` and ``sin`` of every channel).
         """
-        rows = self._cos_sin_rows(positions)
+        rows = token_cos_sin(self, positions)
         half = self.rotary_dim // 2
         if self.layout not in SPLIT_LAYOUTS:
             return rows[:, :half], rows[:, half:]
         sides = rows.view(-1, 1, self.rotary_dim).expand(-1, 2, -1) if rows.ndim == 2 else rows
         return sides[..., :half].reshape(-1, self.rotary_dim), sides[..., half:].reshape(-1, self.rotary_dim)
-
-    def _cos_sin_rows(self, positions: torch.Tensor) -> torch.Tensor:
-        """``[cos | sin]`` of every token, float32 (:func:`~.cache.cos_sin_rows`, :meth:`cos_sin`)."""
-        return cos_sin_rows(positions, self.cos_sin_cache, self.inv_freq, self.freq_rows, self.column_index)
 
 
 def _float_cast_of(fn: Any) -> torch.dtype | None:
