@@ -92,8 +92,6 @@ class RunnerTable:
         if self.generation[slot] >= 0:
             self.count("reused_slots")
         self.generation[slot] = generation
-        if slot in self.table:
-            self.table.remove(slot)
         self.num_refused -= int(self.refused[slot])
         try:
             self.register(slot, req, mm)
@@ -113,10 +111,12 @@ class RunnerTable:
             raise MRopeError("session requests keep SGLang's positions (their history outgrows the prompt's)")
         if self.family.decode_follows_index:  # (else: SGLang's stored positions cover the generation)
             packed = PackedPrompt.text(len(req.origin_input_ids)) if mm is None else packed_prompt(mm)
-            if packed is not None:
-                self.table.add_packed(slot, packed)
+            if packed is not None:  # the slot's earlier request replaced in the same call
+                self.table.add_packed(slot, packed, replace=True)
                 self.count("from_packed")
                 return
+        if slot in self.table:
+            self.table.remove(slot)
         if mm is None:  # no items (offsets say so where the family takes them: nothing scanned)
             none = {"image_offsets": [], "video_offsets": []} if self.family.takes_offsets else {}
             self.table.add(slot, self.family, req.origin_input_ids, **none)
