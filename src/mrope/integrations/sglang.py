@@ -13,12 +13,20 @@ a tensor built from the list). :func:`enable` replaces, in this process:
   the prompt's positions (:meth:`GlmImage.positions`), then those of the tokens the request generates
   (:meth:`GlmImage.generation_positions`; none where every grid is a complete image of the prompt, as
   SGLang's), delta 0: SGLang's stored positions, which its steps read by index;
+- the Qwen-VL and GLM-4.1V processors' ``process_mm_data_async`` (tokenizer process): the positions
+  they return are shipped packed (:class:`mrope.serving.PackedPrompt`: the prompt's segments, bytes per
+  item, not per token) in the first item's ``model_specific_data``, not as SGLang's (3, L) tensor; in
+  the scheduler ``MultimodalInputs.from_processor_output`` moves it onto the request,
+  ``Scheduler._maybe_compute_mrope_positions`` computes nothing for it, and
+  ``MultimodalInputs.mrope_positions`` renders the positions the first time SGLang's own code reads
+  them (a step it serves, sessions, retraction);
 - ``ForwardBatch._compute_mrope_positions`` (extend and decode) and ``compute_spec_mrope_positions``
   (speculative decoding), scheduler process: one :class:`mrope.PositionTable` per model runner keyed by
   SGLang's request slot (``req_pool_idx``). A slot is registered when its request first appears in a
   batch (a new generation of the slot in SGLang's request pool: slots are reused after a request ends)
-  from its prompt, grids and offsets (image requests; videos from SGLang's stored prompt positions),
-  kept as segments (O(images + frames)); then every step is one
+  by copying its packed prompt (text-only prompts: one segment), or, shipped without one, from its
+  prompt, grids and offsets (images; videos from SGLang's stored prompt positions), kept as segments
+  (O(images + frames)); then every step is one
   table call from the batch's own tensors: extend ``fill`` from its slot, prefix and extend-length
   tensors, decode ``seq_lens - 1 + delta[req_pool_indices]``. On a GPU it runs on the device with the
   table's deltas there (no host synchronization, no host-to-device copy, shapes fixed by the batch);
