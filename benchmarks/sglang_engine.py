@@ -146,6 +146,19 @@ def table_rows(runs: dict[str, list[list[Any]]], sizes: tuple[int, ...]) -> list
     return results
 
 
+def new_request_rows(runs: dict[str, list[list[Any]]]) -> list[list[Any]]:
+    """Extend steps grouped by how many of their requests are new (0, 1, 2, 3+): each engine's median,
+    so that the cost of a registration in the step reads off the difference."""
+    rows = []
+    for new in range(4):
+        row: list[Any] = [f"{new}+" if new == 3 else new]
+        for mode in ("sglang", "mrope"):
+            times = [r[4] * 1e-9 for r in runs[mode] if r[1] == "extend" and min(r[3], 3) == new]
+            row.append(f"{percentile_us(times, 50):.0f} ({len(times)})" if times else "-")
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="B = 8 and 64 only")
@@ -188,12 +201,15 @@ def main() -> None:
                 f"{r['target']}{met}",
             ]
         )
+    by_new = new_request_rows(runs)
     print(
         "ForwardBatch._compute_mrope_positions timed whole where SGLang's scheduler calls it (SGLang alone "
         f"vs SGLang with mrope), tiny Qwen2.5-VL, CPU, {args.repeats} engine pair(s)"
     )
     print(format_table(header, rows))
-    write_json(args.json, {"steps": results, "repeats": args.repeats})
+    print("\nExtend steps by the requests in their first step (registered there), every B: median us (steps)")
+    print(format_table(["requests new to the table", "SGLang", "mrope"], by_new))
+    write_json(args.json, {"steps": results, "repeats": args.repeats, "extend_by_new": by_new})
 
 
 if __name__ == "__main__":
