@@ -70,7 +70,7 @@ def test_replace_and_the_pool_bytes() -> None:
 
 
 def _bad(field: str) -> PackedPrompt:
-    """A packed prompt with one field wrong (as one built or unpickled by hand may be)."""
+    """A packed prompt with one field wrong (as one built by hand may be): refused where it is made."""
     good = PackedPrompt.text(4)
     segments, length, delta = good.segments, good.length, good.delta
     if field == "segments":
@@ -86,22 +86,38 @@ def _bad(field: str) -> PackedPrompt:
 
 
 @pytest.mark.parametrize(
-    ("packed", "message"),
+    ("field", "message"),
     [
-        (_bad("segments"), "2-d int64 numpy array"),
-        (_bad("length"), "positive int"),
-        (_bad("delta"), "delta an int"),
-        (_bad("start"), "must start at 0"),
-        (np.zeros((6, 1), dtype=np.int64), "must be a mrope.serving.PackedPrompt"),
+        ("segments", "2-d int64 numpy array"),
+        ("length", "positive int"),
+        ("delta", "delta an int"),
+        ("start", "must start at 0"),
     ],
 )
-def test_refusals_change_nothing(packed: object, message: str) -> None:
+def test_a_wrong_field_is_refused_where_it_is_made(field: str, message: str) -> None:
+    with pytest.raises(MRopeError, match=message):
+        _bad(field)
+
+
+def test_unpickled_prompts_are_checked_and_segments_read_only() -> None:
+    packed = PackedPrompt.text(4)
+    assert not packed.segments.flags.writeable
+    tampered = PackedPrompt.text(4)
+    object.__setattr__(tampered, "length", -1)  # as a corrupted or hand-made pickle may hold
+    data = pickle.dumps(tampered)
+    with pytest.raises(MRopeError, match="positive int"):
+        pickle.loads(data)
+
+
+def test_refusals_change_nothing() -> None:
     table = PositionTable(2)
     table.add_packed(1, PackedPrompt.text(5))
-    with pytest.raises(MRopeError, match=message):
-        table.add_packed(0, packed)  # type: ignore[arg-type]
+    with pytest.raises(MRopeError, match="must be a mrope.serving.PackedPrompt"):
+        table.add_packed(0, np.zeros((6, 1), dtype=np.int64))  # type: ignore[arg-type]
     with pytest.raises(MRopeError, match="already holds a request"):
         table.add_packed(1, PackedPrompt.text(3))
+    with pytest.raises(MRopeError, match="out of range"):
+        table.add_packed(2, PackedPrompt.text(3))
     assert 0 not in table and table.prompt_length(1) == 5
 
 

@@ -22,6 +22,10 @@ from ._segments import from_positions, positions_input
 
 #: the rows of a packed prompt's segments: ``START ... ORIGIN`` of :mod:`mrope.core.segments`
 NUM_ROWS = ORIGIN + 1
+#: one text segment from index 0 (a text-only prompt's), read-only: shared by every such prompt
+_TEXT_SEGMENT = np.zeros((NUM_ROWS, 1), dtype=np.int64)
+_TEXT_SEGMENT[WIDTH, 0] = _TEXT_SEGMENT[IS_TEXT, 0] = 1
+_TEXT_SEGMENT.flags.writeable = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,19 @@ class PackedPrompt:
     length: int
     delta: int
 
+    def __post_init__(self) -> None:
+        """Checked once, where it is made (or unpickled: see :meth:`__reduce__`), so that registering it
+        checks nothing more; its segments are kept read-only (a writeable array is copied)."""
+        self.check()
+        if self.segments.flags.writeable:
+            segments = self.segments.copy()
+            segments.flags.writeable = False
+            object.__setattr__(self, "segments", segments)
+
+    def __reduce__(self) -> tuple[type, tuple[np.ndarray, int, int]]:
+        """Unpickled through the constructor: checked again in the process that loads it."""
+        return (type(self), (self.segments, self.length, self.delta))
+
     @classmethod
     def from_positions(cls, positions: Any, delta: int) -> PackedPrompt:
         """Pack a prompt's (3, L) integer positions (numpy or torch) and its delta: the segments that
@@ -47,17 +64,14 @@ class PackedPrompt:
         :meth:`mrope.PositionTable.add_positions` checks them."""
         pos, delta = positions_input(positions, delta, floats=False)
         segments, _ = from_positions(pos, what="the positions given", floats=False)
-        return cls(np.ascontiguousarray(segments), int(pos.shape[1]), int(delta))
+        return cls(segments, int(pos.shape[1]), int(delta))
 
     @classmethod
     def text(cls, length: int) -> PackedPrompt:
         """A prompt of ``length`` text tokens (positions ``0 .. length - 1`` on every row, delta 0)."""
         if type(length) is not int or length <= 0:
             raise MRopeError(f"length must be a positive int, got {length!r}")
-        segments = np.zeros((NUM_ROWS, 1), dtype=np.int64)
-        segments[WIDTH, 0] = 1
-        segments[IS_TEXT, 0] = 1
-        return cls(segments, length, 0)
+        return cls(_TEXT_SEGMENT, length, 0)
 
     def to_array(self) -> np.ndarray:
         """The packed prompt as one (1, 2 + 6 * S) int64 array, ``[length, delta, segments row-major]``,
@@ -76,14 +90,11 @@ class PackedPrompt:
                 f"a packed prompt's array holds 2 + {NUM_ROWS} * S values, got {values.shape[1]}"
             )
         length, delta = (int(v) for v in values[0, :2])
-        packed = cls(values[0, 2:].reshape(NUM_ROWS, -1).copy(), length, delta)
-        packed.check()
-        return packed
+        return cls(values[0, 2:].reshape(NUM_ROWS, -1), length, delta)
 
     def positions(self) -> np.ndarray:
         """The prompt's (3, length) int64 positions, rendered from the segments (for a reader that needs
         the dense form, e.g. an engine's own path)."""
-        self.check()
         return render_all(SegmentTable(self.segments, self.length, compact=True))
 
     @property
@@ -92,8 +103,7 @@ class PackedPrompt:
         return int(self.segments.nbytes)
 
     def check(self) -> None:
-        """Raise :class:`MRopeError` unless the fields have the documented types and shapes (O(1): a
-        packed prompt is made by the constructors above; this catches one built or unpickled by hand)."""
+        """Raise :class:`MRopeError` unless the fields have the documented types and shapes (O(1))."""
         data = self.segments
         if type(data) is not np.ndarray or data.dtype != np.int64 or data.ndim != 2:
             kind = (

@@ -472,13 +472,12 @@ class PositionTable:
         Raises
         ------
         MRopeError
-            ``packed`` not a :class:`PackedPrompt` (or its fields not its types and shapes); a float32
+            ``packed`` not a :class:`PackedPrompt`; a float32
             table, or one of other rows than (t, h, w) (they take :meth:`add`); the checks of :meth:`add`
             on the slot, the prompt's length and its largest position. The table is then unchanged.
         """
-        if type(packed) is not PackedPrompt:
+        if type(packed) is not PackedPrompt:  # (checked where it was made or unpickled)
             raise MRopeError(f"packed must be a mrope.serving.PackedPrompt, got {type(packed).__name__}")
-        packed.check()
         if self._floats or self.num_dims != PLAIN_ROWS.num_dims:
             raise MRopeError(
                 "add_packed: a packed prompt holds int64 (t, h, w) segments; this table holds "
