@@ -29,11 +29,11 @@ SGLANG_VENV := .venv-sglang
 SGLANG_BIN := $(SGLANG_VENV)/bin
 SGLANG_ENGINE_PINS := triton==3.9.0 xgrammar==0.2.7
 # SGLang's runtime dependencies on this CPU, by name (installing sglang with its dependencies pulls CUDA);
-# jsonschema and soundfile: its HTTP server (launch_server) imports them.
+# jsonschema and soundfile: its HTTP server (launch_server) imports them; datasets: its benchmark client.
 SGLANG_DEPS := numpy transformers==5.19.0 safetensors pillow fastapi uvicorn pyzmq psutil pydantic orjson \
 	msgspec requests aiohttp setproctitle pybase64 einops tqdm packaging uvloop python-multipart \
 	prometheus-client interegular partial_json_parser xxhash sentencepiece scipy pyyaml ipython dill \
-	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai numba==0.65.0 jsonschema soundfile
+	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai numba==0.65.0 jsonschema soundfile datasets
 SGLANG_ENV_FIX := tests/sglang_env/_mrope_sglang_env.py tests/sglang_env/mrope_sglang_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy

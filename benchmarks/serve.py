@@ -28,6 +28,8 @@ runs with its spread (min and max over the runs). The model is tiny here, so the
 larger share of a step than on a GPU with a 3B model.
 
 ``--quick``: one run per configuration, loads 8 and 64 (a few minutes): proves the set-up, not a figure.
+``--from A.json B.json``: no runs; the runs these files hold summarized again (one engine's runs and the
+other's, or runs of several sessions), printed and written where ``--json`` and ``--plot`` say.
 """
 
 from __future__ import annotations
@@ -260,7 +262,18 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here (needs matplotlib)")
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm/bin/python"))
     parser.add_argument("--sglang-python", default=str(ROOT / ".venv-sglang/bin/python"))
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        type=Path,
+        nargs="+",
+        help="no runs: summarize these --json files",
+    )
     args = parser.parse_args()
+    if args.sources:
+        rows = [row for source in args.sources for row in json.loads(source.read_text())["runs"]]
+        report(rows, args)
+        return
     args.loads = [8, 64] if args.quick else [int(x) for x in args.loads.split(",")]
     runs = 1 if args.quick else args.runs
     rows: list[dict[str, Any]] = []
@@ -274,9 +287,14 @@ def main() -> None:
                 order = ("off", "on") if rep % 2 == 0 else ("on", "off")
                 for config in order:
                     rows.extend(run_server(engine, config, args, model, work, rep))
+    print(f"wall time: {time.monotonic() - started:.0f} s")
+    report(rows, args)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The summary of ``rows`` printed, and written where ``--json`` and ``--plot`` say."""
     table = summarize(rows)
     print_table(table)
-    print(f"wall time: {time.monotonic() - started:.0f} s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"runs": rows, "summary": table}, indent=1))

@@ -92,7 +92,8 @@ def stats() -> dict[str, Any]:
     runners and registrations, which ``admitted`` counts too), pruning_reads and pruning_updates
     (video token pruning served from the table), and ``runner``: the model runner served last
     (``"v1"``, ``"v2"``, ``"v2-cpu"``, None before any). In vLLM's default multiprocessing the runner
-    lives in the engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller."""
+    lives in the engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller; a
+    server logs them there (``mrope: counters of ...``, every ``MROPE_STATS_INTERVAL`` seconds)."""
     return dict(STATS)
 
 
