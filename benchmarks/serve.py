@@ -39,17 +39,15 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from support import serve_engines as engines
+from support import servers
 
-from support import serve_engines as engines  # noqa: E402
-from support import servers  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TIMER_DIR = Path(__file__).resolve().parent / "serve_timer"
 INPUT_LEN = 300
