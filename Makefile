@@ -28,11 +28,12 @@ NINJA := ninja==1.13.2
 SGLANG_VENV := .venv-sglang
 SGLANG_BIN := $(SGLANG_VENV)/bin
 SGLANG_ENGINE_PINS := triton==3.9.0 xgrammar==0.2.7
-# SGLang's runtime dependencies on this CPU, by name (installing sglang with its dependencies pulls CUDA).
+# SGLang's runtime dependencies on this CPU, by name (installing sglang with its dependencies pulls CUDA);
+# jsonschema and soundfile: its HTTP server (launch_server) imports them; datasets: its benchmark client.
 SGLANG_DEPS := numpy transformers==5.19.0 safetensors pillow fastapi uvicorn pyzmq psutil pydantic orjson \
 	msgspec requests aiohttp setproctitle pybase64 einops tqdm packaging uvloop python-multipart \
 	prometheus-client interegular partial_json_parser xxhash sentencepiece scipy pyyaml ipython dill \
-	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai numba==0.65.0
+	apache-tvm-ffi==0.1.11 compressed-tensors gguf openai numba==0.65.0 jsonschema soundfile datasets
 SGLANG_ENV_FIX := tests/sglang_env/_mrope_sglang_env.py tests/sglang_env/mrope_sglang_env.pth
 # The library's promise: numpy alone runs it. This environment has only numpy, pytest and hypothesis.
 NUMPY_VENV := .venv-numpy
@@ -43,7 +44,7 @@ support_path = echo "$(CURDIR)/tests" > "$$($(1)/python -c 'import sysconfig; pr
 # Where `make dist` installs the wheel to check it: a fresh numpy-only venv, a folder for vLLM's environment.
 DIST_CHECK := .cache/dist-check
 
-.PHONY: dist venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-vllm-034 bench-sglang bench-transformers docs docs-pictures audit-vllm clean
+.PHONY: dist venv venv-vllm vllm034-src venv-sglang test test-vllm test-vllm034 test-sglang test-numpy test-long lint bench bench-prefill bench-step bench-rotary bench-vllm-step bench-vllm-prefill bench-vllm-engine bench-vllm-v2 bench-vllm-034 bench-sglang bench-serve bench-transformers docs docs-pictures audit-vllm clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -219,6 +220,14 @@ bench-vllm-034: venv-vllm vllm034-src
 # prompt positions, SGLang's own against mrope's, 8/64/256 running requests.
 bench-sglang: venv-sglang
 	$(SGLANG_BIN)/python benchmarks/sglang_engine.py --json bench-results/sglang-engine.json
+
+# The seeds' headline metrics end to end: vLLM's OpenAI server and SGLang's HTTP server, without and with mrope
+# (alternated, 5 runs each), under their own benchmark clients at 8/32/128 concurrent requests (about 25 minutes
+# on 2 cores; QUICK=1: one run each at 8 and 64, a few minutes); the table, JSON and plot (docs/images/serve.png).
+bench-serve: venv venv-vllm venv-sglang
+	$(BIN)/python benchmarks/serve.py $(if $(QUICK),--quick) --vllm-python $(VLLM_BIN)/python \
+		--sglang-python $(SGLANG_BIN)/python --json bench-results/serve.json \
+		$(if $(QUICK),--plot bench-results/serve-quick.png,--plot docs/images/serve.png)
 
 # The step benchmark again in the vLLM environment, beside vLLM's own _calc_mrope_positions ("vllm").
 bench-vllm-step:

@@ -55,6 +55,7 @@ import collections
 import functools
 import json
 import logging
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -68,6 +69,7 @@ from ..batch import get_rope_index as mrope_get_rope_index
 from ..core.kernels import compiled_kernel
 from ..families import Family, find_image_positions, from_config
 from ..serving import PackedPrompt
+from ._report import CountersLog, note_once
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import PACKED_ATTRIBUTE, RunnerTable, packed_prompt, runner_table
 
@@ -111,6 +113,10 @@ _STAT_NAMES = (
     "fallback_steps",  # steps SGLang's own path wrote in a patched process
 )
 _stats: dict[str, int] = dict.fromkeys(_STAT_NAMES, 0)
+#: this process's counters as log lines (:mod:`mrope.integrations._report`), started where mrope first
+#: serves: the tokenizer process's prompts, the scheduler process's steps
+COUNTERS = CountersLog(logger, lambda: dict(_stats))
+_noted: set[tuple[int, str, str | None]] = set()  # (pid, what, model type) _note_serving has seen
 _enabled: dict[str, Any] = {}  # "mode"
 #: the most check-mode timings kept per process (:func:`timings`)
 MAX_TIMINGS = 100_000
@@ -177,6 +183,7 @@ def enable(mode: str = "mrope") -> None:
     except Exception as error:
         _fall_back("packed prompts", error)
     _enabled["mode"] = mode
+    _enabled["release"] = release
     for (owner, name), replacement in replacements.items():
         _patches.append((owner, name, vars(owner).get(name, _ADDED)))
         setattr(owner, name, replacement)
@@ -433,6 +440,7 @@ def _serve_prompt(
         _stats["fallback_prompts"] += 1
         return sglang()
     _stats["prompts"] += 1
+    _note_serving("prompt positions", family)
     if _enabled.get("mode") != "check":
         return positions, deltas
     middle = time.perf_counter_ns()
@@ -697,7 +705,35 @@ def _step_family(hf_config: Any) -> Family | None:
 
 
 def _table(model_runner: Any) -> RunnerTable | None:
-    return runner_table(model_runner, _step_family, _count, _fall_back)
+    table = runner_table(model_runner, _step_family, _count, _fall_back)
+    _note_serving("step positions", table.family if table is not None else None)
+    return table
+
+
+def _note_serving(what: str, family: Family | None) -> None:
+    """Start this process's counters lines and say once what mrope serves here (``family``; None: SGLang's
+    path serves it, its warning already logged). Never raises; after the first call per process and
+    kind, one set lookup."""
+    key = (os.getpid(), what, None if family is None else family.model_type)
+    if key in _noted:
+        return
+    _noted.add(key)
+    try:
+        COUNTERS.start(f"SGLang's {what}")
+        if family is None:
+            return
+        note_once(
+            logger,
+            f"serving {what} {family.model_type}",
+            "mrope: serves SGLang's M-RoPE %s by mrope's %s rule, mode %s; SGLang's code is the audited "
+            "release %s",
+            what,
+            family.model_type,
+            _enabled.get("mode"),
+            _enabled.get("release"),
+        )
+    except Exception as error:  # a missing line, never a failed engine
+        logger.debug("mrope: no serving line: %s", error)
 
 
 def _compute_mrope_positions(self: Any, model_runner: Any, batch: Any) -> None:

@@ -18,6 +18,7 @@ from ..._errors import MRopeError
 from . import v1, v2
 from .audit import AUDITED
 from .models import accepted_runners, installed_version
+from .report import show_in_vllm_log
 from .state import MODES, PATCHES, STATS, logger, mode, set_mode
 from .state import reset_stats as _zero_stats
 
@@ -91,7 +92,8 @@ def stats() -> dict[str, Any]:
     runners and registrations, which ``admitted`` counts too), pruning_reads and pruning_updates
     (video token pruning served from the table), and ``runner``: the model runner served last
     (``"v1"``, ``"v2"``, ``"v2-cpu"``, None before any). In vLLM's default multiprocessing the runner
-    lives in the engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller."""
+    lives in the engine-core process: read them there (e.g. ``llm.collective_rpc``), not in the caller; a
+    server logs them there (``mrope: counters of ...``, every ``MROPE_STATS_INTERVAL`` seconds)."""
     return dict(STATS)
 
 
@@ -103,10 +105,13 @@ def reset_stats() -> None:
 def register() -> None:
     """The ``vllm.general_plugins`` entry point (``mrope``): vLLM calls it in every process it starts.
     Enables the plugin when ``MROPE_VLLM`` is ``1``/``mrope`` or ``check``; does nothing otherwise.
-    Never raises: on an unsupported vLLM it logs a warning and leaves vLLM alone."""
+    Never raises: on an unsupported vLLM it logs a warning and leaves vLLM alone. mrope's lines go to
+    vLLM's log (:func:`.report.show_in_vllm_log`): in the process that runs a model runner, one line
+    says what serves it and the counters follow at an interval and at exit (:mod:`.report`)."""
     requested = env_mode(ENV_VAR)
     if requested is None:
         return
+    show_in_vllm_log()
     try:
         enable(requested)
     except Exception as error:  # never fails vLLM: on any error, vLLM runs unchanged

@@ -22,6 +22,7 @@ from ...families import Family
 from ...serving import PositionTable
 from .features import admission_inputs
 from .models import note_positions_mode, served_family, vllm_path_reason
+from .report import note_runner
 from .state import PATCHES, STATS, mode, original
 
 logger = logging.getLogger("mrope.integrations.vllm")
@@ -187,6 +188,7 @@ def _runner_state(runner: Any) -> _RunnerState:
     runner._mrope = state
     SERVED_RUNNERS.add(runner)
     STATS["runner"] = "v1"
+    note_runner("v1", family, why, served=state.active)
     if state.active:
         state.adopt(runner)
     return state

@@ -42,6 +42,7 @@ from ...families import Family
 from ...serving import PositionTable
 from .features import admission_inputs
 from .models import RUNNER_NAMES, note_positions_mode, served_family, vllm_path_reason
+from .report import note_runner
 from .state import STATS, mode, original
 
 logger = logging.getLogger("mrope.integrations.vllm")
@@ -448,11 +449,13 @@ def _rope_state_builder(runner: str) -> Callable[..., Any]:
                 )
                 if family is None:
                     note_positions_mode(why)
+                note_runner(runner, family, why, served=True)
                 return state
         except Exception as error:  # nothing mrope does may fail the engine
             reason = str(error)
         logger.warning("mrope: %s; vLLM's own M-RoPE state serves %s", reason, RUNNER_NAMES[runner])
         STATS["fallback_runners"] += 1
+        note_runner(runner, None, reason, served=False)
         return vllm_state()
 
     return get_rope_state
