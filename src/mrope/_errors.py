@@ -4,6 +4,7 @@ submodule so that all of them can raise and note."""
 from __future__ import annotations
 
 import logging
+import os
 
 
 class MRopeError(ValueError):
@@ -12,15 +13,18 @@ class MRopeError(ValueError):
 
 #: mrope's logger (the integrations log to its children, ``mrope.integrations.*``)
 logger = logging.getLogger("mrope")
-#: the keys of the notes :func:`note_once` has logged in this process
-_noted: set[str] = set()
+#: the (process, key) of the notes :func:`note_once` has logged
+_noted: set[tuple[int, str]] = set()
 
 
-def note_once(key: str, message: str) -> None:
-    """Log ``message`` as a warning of the ``mrope`` logger the first time ``key`` is noted in this
-    process: a fallback that every later call takes too (a compiled path not compiled, numba's cache
-    not kept) is said once, not per call. Kept in a module that always imports, so that a module whose
-    import fails and is tried again does not say it again."""
-    if key not in _noted:
-        _noted.add(key)
-        logger.warning(message)
+def note_once(
+    key: str, message: str, *args: object, log: logging.Logger = logger, level: int = logging.WARNING
+) -> None:
+    """Log ``message % args`` at ``level`` (a warning by default) the first time ``key`` is noted in this
+    process: a fallback that every later call takes too (a compiled path not compiled, numba's cache not
+    kept) is said once, not per call; a forked child says it again (another process). Kept in a module
+    that always imports, so that a module whose import fails and is tried again does not say it again."""
+    marker = (os.getpid(), key)
+    if marker not in _noted:
+        _noted.add(marker)
+        log.log(level, message, *args)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mrope._errors import note_once
 from mrope.integrations import _report
 
 
@@ -41,7 +42,7 @@ def test_note_once() -> None:
     logger.addHandler(Keep())
     logger.setLevel(logging.INFO)
     for _ in range(3):
-        _report.note_once(logger, "key", "mrope: serves %s", "x")
+        note_once("test-report-key", "mrope: serves %s", "x", log=logger, level=logging.INFO)
     assert seen == ["mrope: serves x"]
 
 

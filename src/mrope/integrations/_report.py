@@ -25,24 +25,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._errors import note_once
+
 #: the environment variable read for the interval of the counters lines, in seconds
 INTERVAL_VAR = "MROPE_STATS_INTERVAL"
 #: the interval where :data:`INTERVAL_VAR` is unset or invalid (vLLM's ``VLLM_LOG_STATS_INTERVAL``'s)
 DEFAULT_INTERVAL_S = 10.0
 #: what every counters line begins with (then ``of <what> (pid N): name=value ...``)
 COUNTERS_PREFIX = "mrope: counters"
-
-_noted: set[tuple[int, str]] = set()  # (pid, key) of the lines note_once wrote
-
-
-def note_once(logger: logging.Logger, key: str, message: str, *args: Any) -> None:
-    """Log ``message % args`` at INFO once per process and ``key`` (a forked child logs it again: it is
-    another process, with counters of its own)."""
-    marker = (os.getpid(), key)
-    if marker in _noted:
-        return
-    _noted.add(marker)
-    logger.info(message, *args)
 
 
 def interval_s(logger: logging.Logger) -> float:
@@ -57,7 +47,9 @@ def interval_s(logger: logging.Logger) -> float:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         message = "mrope: %s=%r is not a number of seconds >= 0; %s s kept"
-        note_once(logger, INTERVAL_VAR, message, INTERVAL_VAR, raw, DEFAULT_INTERVAL_S)
+        note_once(
+            INTERVAL_VAR, message, INTERVAL_VAR, raw, DEFAULT_INTERVAL_S, log=logger, level=logging.INFO
+        )
         return DEFAULT_INTERVAL_S
     return value
 
@@ -101,7 +93,13 @@ class CountersLog:
                 )
                 thread.start()
         except Exception as error:  # never fails the engine: the lines are missing, said once
-            note_once(self._logger, "counters-log", "mrope: no counters lines in this process: %s", error)
+            note_once(
+                "counters-log",
+                "mrope: no counters lines in this process: %s",
+                error,
+                log=self._logger,
+                level=logging.INFO,
+            )
 
     def line(self) -> str | None:
         """The counters line now, or None where it would repeat the last one (or say nothing: all zero

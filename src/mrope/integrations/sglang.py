@@ -64,12 +64,12 @@ from typing import Any
 import numpy as np
 
 from .._backends import env_mode
-from .._errors import MRopeError
+from .._errors import MRopeError, note_once
 from ..batch import get_rope_index as mrope_get_rope_index
 from ..core.kernels import compiled_kernel
 from ..families import Family, find_image_positions, from_config
 from ..serving import PackedPrompt
-from ._report import CountersLog, note_once
+from ._report import CountersLog
 from ._sglang_audit import AUDITED, installed_release
 from ._sglang_step import PACKED_ATTRIBUTE, RunnerTable, packed_prompt, runner_table
 
@@ -723,7 +723,6 @@ def _note_serving(what: str, family: Family | None) -> None:
         if family is None:
             return
         note_once(
-            logger,
             f"serving {what} {family.model_type}",
             "mrope: serves SGLang's M-RoPE %s by mrope's %s rule, mode %s; SGLang's code is the audited "
             "release %s",
@@ -731,6 +730,8 @@ def _note_serving(what: str, family: Family | None) -> None:
             family.model_type,
             _enabled.get("mode"),
             _enabled.get("release"),
+            log=logger,
+            level=logging.INFO,
         )
     except Exception as error:  # a missing line, never a failed engine
         logger.debug("mrope: no serving line: %s", error)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 
+from ..._errors import note_once
 from ...families import Family
-from .._report import CountersLog, note_once
+from .._report import CountersLog
 from .models import RUNNER_NAMES, installed_version, runner_verdicts
 from .state import STATS, logger, mode
 
@@ -38,7 +39,6 @@ def note_runner(runner: str, family: Family | None, why: str | None, *, served: 
         else:
             how = f"in positions mode (vLLM's prompt positions, mrope's steps: {why})"
         note_once(
-            logger,
             f"serving {runner} {how}",
             "mrope: serves the M-RoPE positions of %s %s, mode %s; vLLM %s, audited release %s",
             name,
@@ -46,6 +46,8 @@ def note_runner(runner: str, family: Family | None, why: str | None, *, served: 
             mode(),
             version,
             release,
+            log=logger,
+            level=logging.INFO,
         )
     except Exception as error:  # a missing line, never a failed engine
         logger.debug("mrope: no serving line: %s", error)
