@@ -154,5 +154,5 @@ def test_a_pickled_table_loads_in_another_process(tmp_path) -> None:
 def test_a_snapshot_of_another_layout_is_refused() -> None:
     values = PositionTable(1).__getstate__()
     table = PositionTable.__new__(PositionTable)
-    with pytest.raises(MRopeError, match=r"pickled in another layout \(0, this mrope reads 1\)"):
-        table.__setstate__({**values, "format": 0})
+    with pytest.raises(MRopeError, match=r"pickled in another layout \(1, this mrope reads 2\)"):
+        table.__setstate__({**values, "format": 1})

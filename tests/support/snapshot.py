@@ -28,7 +28,7 @@ def snapshot(table: PositionTable) -> dict[str, Any]:
         "frozen": pool.frozen,
         "first": list(pool.first),
         "count": list(pool.count),
-        "hole": list(pool.hole),
+        "reserved": list(pool.reserved),
         "info": held.info.copy(),
         "deltas": None if held.deltas is None else held.deltas.copy(),
         "max_delta": getattr(held, "max_delta", None),  # (the bound on live deltas, see SlotState)

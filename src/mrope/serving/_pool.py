@@ -21,9 +21,16 @@ rows of :mod:`mrope.core.segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``),
 ``[0, 2**32)``, an origin in ``(-2**32, 2**32)``: :meth:`Pool.put` copies a request's segments as they
 are and adds ``base << 32`` to the two index rows.
 
-A removed request leaves its entries as a hole (free keys between live entries keep the keys sorted);
-the next request of the same slot that fits takes the hole, so that an engine's steady removal and
-admission of a slot (vLLM reuses a finished request's slot) neither moves ``top`` nor compacts.
+Each slot keeps a *reservation*: the entries ``first[s] ... first[s] + reserved[s] - 1``, its
+request's and, past them, free ones (free keys between live entries keep the keys sorted). A slot's
+next request (after :meth:`Pool.free`, or replacing the live one) takes the reservation where it fits;
+one that does not gets a new reservation at ``top``, its entries rounded up to a power of two (or what
+is left at ``top``, where that is less but enough), and the old one becomes free. A reservation is never
+shrunk: compaction keeps it (a free slot's is dropped only where the pool would otherwise grow, or a
+frozen pool refuse). An engine's steady removal and admission (vLLM reuses a finished request's slot)
+then stops moving ``top`` and compacting once each slot has held its largest request, whatever the
+order of sizes (a small request between two large ones keeps the large one's room), and the rounding
+bounds the moves of a slot whose requests keep growing to about ``log2`` of its largest.
 """
 
 from __future__ import annotations
@@ -61,12 +68,14 @@ _INDEX_ROWS = slice(START, ORIGIN + 1, ORIGIN - START)  # the rows that hold bas
 
 
 class Pool:
-    """Entries of segments, with compaction and growth (see the module docstring).
+    """Entries of segments, with per-slot reservations, compaction and growth (see the module
+    docstring).
 
-    An add that does not fit at ``top`` compacts the pool (live entries to the front); the pool grows
-    (doubling at least) when, after compaction, less than ``1 - 1 / HEADROOM`` of it would be free: steady
-    admission and removal then compact once per ``3/4`` of the capacity added (at least three times the
-    live entries), not at every add. Once ``frozen``
+    An add that fits neither its slot's reservation nor the room at ``top`` compacts the pool (the
+    reservations to the front); the pool grows (doubling at least) when, after compaction, less than
+    ``1 - 1 / HEADROOM`` of it would be free. Compaction then runs only while reservations grow (at most
+    ``1 + log2(largest request's entries)`` times per slot over the pool's life, each time after at
+    least three times the reserved entries were added at ``top``), never in steady admission. Once ``frozen``
     (:meth:`PositionTable.freeze`), the arrays keep their size: an add that needs growth raises
     :class:`MRopeError` and changes nothing, and the headroom rule no longer grows the pool.
     """
@@ -78,8 +87,9 @@ class Pool:
         # per engine slot, Python ints (an admission reads and writes one of each; compaction all)
         self.first = [0] * max_slots
         self.count = [0] * max_slots  # 0: a free slot
-        # per engine slot, the entries its last request left free (lo, hi), until compaction
-        self.hole = [(0, 0)] * max_slots
+        # per engine slot, its reservation's entries from ``first`` (>= count; 0: none yet)
+        self.reserved = [0] * max_slots
+        self.compactions = 0  # compactions (growth included) over the pool's life
 
     def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
@@ -94,8 +104,8 @@ class Pool:
         the entries, int64 tables only) and its decode tail, a text segment from ``length`` whose offsets
         count from index 0 with base ``delta``: positions ``index + delta`` rounded once (float32
         tables), as transformers' float32 ``index + delta``; a live request of ``slot`` is replaced. The
-        entries are the replaced request's or the slot's hole where they fit (see the module docstring),
-        else those at ``top``. Returns the range of entries written (the slot's, and those of a replaced
+        entries are the slot's reservation's where they fit (see the module docstring), else a new
+        reservation's at ``top``. Returns the range of entries written (the slot's, and those of a replaced
         request that became free) and whether the pool was compacted (every entry may have moved)."""
         layout = type(ints) is OneRowLayout
         need = (ints.num if layout else ints.shape[1]) + 1
@@ -123,33 +133,36 @@ class Pool:
         items[WIDTH, last] = items[IS_TEXT, last] = 1
         if not layout:  # after the tail's start and origin (an origin may lie before index 0: added)
             self.data[_INDEX_ROWS, lo:hi] += lo << SHIFT
-        self.hole[slot] = (0, 0)
         self.first[slot] = lo
         self.count[slot] = need
         return span_lo, span_hi, moved
 
     def _claim(self, slot: int, need: int) -> tuple[int, int, int, bool]:
-        """The first of ``need`` entries for ``slot`` (its replaced request's, its hole, or at ``top``,
-        compacting where they do not fit), the range of entries the put writes or frees, and whether
-        the pool was compacted. The entries of a replaced request past the new ones become free."""
-        first, count = self.first[slot], self.count[slot]  # count > 0: a live request, replaced
-        moved = False
-        if need <= count:  # in the replaced request's entries; those past the new ones become free
+        """The first of ``need`` entries for ``slot`` (its reservation's, or a new reservation's at
+        ``top``, compacting where it does not fit), the range of entries the put writes or frees, and
+        whether the pool was compacted. Entries of the slot's former request past the new ones become
+        free; a reservation left for a new one is free as a whole."""
+        first, count, reserved = self.first[slot], self.count[slot], self.reserved[slot]
+        if need <= reserved:  # in the reservation; the former request's entries past the new ones free
             if need < count:
                 self.keys[first + need : first + count] = _free_keys(first + need, first + count)
-            return first, first, first + count, False
-        lo, end = (0, 0) if count else self.hole[slot]
-        if need > end - lo:
+            return first, first, first + max(need, count), False
+        lo = self.top
+        # a power of two, or what is left at top (no compaction for rounding); a frozen pool: ``need``
+        # (it holds what reserve() sized)
+        size = need if self.frozen else max(need, min(_reservation(need), self.capacity - lo))
+        if lo + size > self.capacity:  # (the slot's reservation is not kept)
+            self.compact(size, dropping=slot)
+            self.reserved[slot] = size
             lo = self.top
-            moved = lo + need > self.capacity
-            if moved:  # (the replaced request's entries are not kept)
-                self.compact(need, dropping=slot if count else None)
-                lo = self.top
-            self.top = lo + need
-        if count and not moved:  # the replaced request's entries become free
+            self.top = lo + size
+            return lo, lo, lo + need, True
+        self.top = lo + size
+        self.reserved[slot] = size
+        if count:  # the former request's entries become free
             self.keys[first : first + count] = _free_keys(first, first + count)
             return lo, min(lo, first), max(lo + need, first + count), False
-        return lo, lo, lo + need, moved
+        return lo, lo, lo + need, False
 
     def _write_layout(self, layout: OneRowLayout, lo: int) -> None:
         """A one-row layout's segments into entries ``lo ...``, the keys' base bits included (``lo <<
@@ -174,21 +187,24 @@ class Pool:
         lo = self.first[slot]
         hi = lo + self.count[slot]
         self.keys[lo:hi] = _free_keys(lo, hi)
-        self.count[slot] = 0
-        self.hole[slot] = (lo, hi)
+        self.count[slot] = 0  # (the reservation stays the slot's)
         return lo, hi
 
     def compact(self, need: int, capacity: int = 0, dropping: int | None = None) -> None:
-        """Move the live requests' entries to the front, with room for ``need`` more entries and at
-        least ``capacity`` in all (growing the pool: see the class docstring); the entries of slot
-        ``dropping`` (a request being replaced) are not kept. Raises, changing nothing, where they do
-        not fit."""
-        live, base = self.live(dropping)
+        """Move the slots' reservations (their requests and free entries) to the front, with room for
+        ``need`` more entries and at least ``capacity`` in all (growing the pool: see the class
+        docstring); the reservation of slot ``dropping`` (which is getting a larger one) is not kept.
+        Raises, changing nothing, where they do not fit."""
+        held, base = self.held(dropping)
         order = np.argsort(base)
-        live, base = live[order], base[order]
-        count = np.array(self.count)[live]
+        held, base = held[order], base[order]
+        count = np.array(self.reserved)[held]
         used = int(count.sum())
         capacity = max(capacity, self.capacity)
+        if (self.frozen and used + need > capacity) or (need and HEADROOM * (used + need) > capacity):
+            live = np.array(self.count)[held] > 0  # free slots' reservations go before the pool grows
+            held, base, count = held[live], base[live], count[live]
+            used = int(count.sum())
         if self.frozen:
             if used + need > capacity:
                 raise MRopeError(
@@ -220,17 +236,27 @@ class Pool:
             floats[:, :used] = self.floats[:, src]
         self._use(data, floats)
         firsts = np.array(self.first, dtype=np.int64)
-        firsts[live] = new_base
+        firsts[held] = new_base
         self.first = firsts.tolist()
+        reserved = np.zeros(len(self.reserved), dtype=np.int64)
+        reserved[held] = count
+        self.reserved = reserved.tolist()
+        if dropping is not None:  # its former request's entries were not kept
+            self.count[dropping] = 0
         self.top = used
-        self.hole = [(0, 0)] * len(self.hole)
+        self.compactions += 1
 
-    def live(self, dropping: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The live slots (but ``dropping``) and their first entries (int64 arrays)."""
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live slots and their first entries (int64 arrays)."""
         live = np.flatnonzero(self.count)
-        if dropping is not None:
-            live = live[live != dropping]
         return live, np.array(self.first, dtype=np.int64)[live]
+
+    def held(self, dropping: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The slots that hold a reservation (but ``dropping``) and their first entries (int64 arrays)."""
+        held = np.flatnonzero(self.reserved)
+        if dropping is not None:
+            held = held[held != dropping]
+        return held, np.array(self.first, dtype=np.int64)[held]
 
     def num_live(self) -> int:
         return len(self.count) - self.count.count(0)
@@ -241,6 +267,13 @@ class Pool:
         if self.floats is not None:
             per_entry += self.floats.itemsize * self.floats.shape[0]
         return self.count[slot] * per_entry
+
+
+def _reservation(need: int) -> int:
+    """A new reservation's entries for a request of ``need``: ``need`` rounded up to a power of two (a
+    slot's reservation then grows at most ``log2`` of its largest request times), at most
+    :data:`MAX_CAPACITY`."""
+    return max(need, min(1 << (need - 1).bit_length(), MAX_CAPACITY))
 
 
 def _free_keys(lo: int, hi: int) -> np.ndarray:

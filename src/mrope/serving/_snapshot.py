@@ -19,7 +19,7 @@ from typing import Any
 from .._errors import MRopeError
 
 #: the snapshot's layout; a table pickled in another one is refused by name
-FORMAT = 1
+FORMAT = 2  # 2: the pool's per-slot reservations (1: holes)
 
 
 def snapshot(table: Any) -> dict[str, Any]:
@@ -45,7 +45,8 @@ def snapshot(table: Any) -> dict[str, Any]:
             "frozen": pool.frozen,
             "first": list(pool.first),
             "count": list(pool.count),
-            "hole": list(pool.hole),
+            "reserved": list(pool.reserved),
+            "compactions": pool.compactions,
         }
 
 
@@ -72,7 +73,8 @@ def restore(table: Any, values: Any) -> None:
         state.deltas[...] = values["deltas"]
     pool._use(values["data"], values["floats"])
     pool.top, pool.frozen = values["top"], values["frozen"]
-    pool.first, pool.count, pool.hole = values["first"], values["count"], values["hole"]
+    pool.first, pool.count, pool.reserved = values["first"], values["count"], values["reserved"]
+    pool.compactions = values["compactions"]
     rows = values["family_rows"]
     if rows is not None:  # as the first request fixed them (PositionTable._insert)
         table._family_rows = rows

@@ -106,9 +106,12 @@ class PositionTable:
         integers): those bound every table, ``max_position`` given or not.
     pool_capacity : int, optional
         Initial number of segment entries of the pool (default ``8 * max_requests + 64``; a request
-        takes its segments + 1), at most 2**31 (the entries its keys index). When an :meth:`add` does
-        not fit, the pool is compacted, and grown (at least doubled) where less than 3/4 of it would
-        be free, so that steady admission and removal compact rarely. Growing reallocates the device
+        takes its segments + 1), at most 2**31 (the entries its keys index). Each slot keeps the room
+        of its largest request (rounded up to a power of two), so that steady admission and removal, in
+        any order of sizes, neither compacts nor grows the pool once each slot has held its largest
+        request; an :meth:`add` that fits neither its slot's room nor the pool's free end compacts the
+        pool, and grows it (at least doubled) where less than 3/4 of it would be free. Growing
+        reallocates the device
         copy: before capturing CUDA graphs, :meth:`reserve` the size needed, then :meth:`freeze`.
         Sizes beyond these bounds, or beyond memory, raise :class:`MRopeError` naming them.
     dtype : ``numpy.int64`` (default) or ``numpy.float32`` (numpy, torch or string dtype)
@@ -365,9 +368,9 @@ class PositionTable:
         items : list of :class:`mrope.families.PromptItem`, optional; in place of the grids, seconds and
             offsets (see :meth:`Family.positions`): an engine's per-item records, taken without array
             conversions
-        replace : bool; True: a request ``slot`` holds is replaced in the same call, in its pool entries
-            where the new one fits them (an engine that overwrites a slot at admission, as vLLM's V2
-            runner does); a refused call leaves it in place
+        replace : bool; True: a request ``slot`` holds is replaced in the same call, in the slot's pool
+            entries where the new one fits them (an engine that overwrites a slot at admission, as vLLM's
+            V2 runner does); a refused call leaves it in place
         **extra_inputs : the family's own inputs (``family.extra_inputs``: MiniCPM-V 4.7's
             ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``), as :meth:`Family.positions`
             takes them

@@ -46,7 +46,10 @@ from .report import note_runner
 from .state import STATS, mode, original
 
 logger = logging.getLogger("mrope.integrations.vllm")
-SEGMENTS_PER_REQUEST = 16  # the table's initial pool: entries per request slot
+#: the table's initial pool, entries per request slot (a Qwen2.5-VL video of 64 frames takes 35): the
+#: pool then grows geometrically and keeps each slot's room for its largest request, so that admissions
+#: stop compacting or growing it once each slot has held its largest (see PositionTable)
+SEGMENTS_PER_REQUEST = 16
 
 
 class TableRopeState:
@@ -87,7 +90,6 @@ class TableRopeState:
         self._mode = mode
         self._stats = stats
         on_host = self.device.type == "cpu"
-        # room for about 16 segments (images, frames) per request before the pool compacts or grows
         capacity = SEGMENTS_PER_REQUEST * max_num_reqs
         self.table = PositionTable(
             max_num_reqs, device="cpu" if on_host else self.device, pool_capacity=capacity
