@@ -236,6 +236,23 @@ def test_states_give_vllms_positions(
     assert (stats["checked_steps"] == stats["steps"]) if mode == "check" else stats["checked_steps"] == 0
 
 
+def test_check_mode_follows_a_pruning_update(runner: str, qwen2_5_vl: SimpleNamespace, enabled: Any) -> None:
+    """Check mode after video pruning's update: vLLM's own state takes the update too (the GPU runner
+    stages it: applied at the next step), so the steps after it compare equal."""
+    config = qwen2_5_vl.config
+    ids = [1000, config.vision_start_token_id] + [config.image_token_id] * 4 + [config.vision_end_token_id]
+    ids += [1001, 1002, 1003]
+    image = feature_spec("image", 2, 4, {"image_grid_thw": torch.tensor([1, 4, 4])})
+    driver = Driver(make_states(runner, qwen2_5_vl, "check"), qwen2_5_vl.model)
+    request = Request(ids, [image])
+    driver.admit(request, cached=0)
+    driver.step([4])
+    driver.prune(request, random.Random(3))  # the second half of the positions moved up, a new delta
+    driver.step([len(ids) - 4])
+    driver.step([1])
+    assert plugin.stats()["pruning_updates"] == 1 and plugin.stats()["checked_steps"] == 3
+
+
 def test_check_mode_catches_a_wrong_state(
     runner: str, qwen2_5_vl: SimpleNamespace, enabled: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

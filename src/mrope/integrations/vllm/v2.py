@@ -202,8 +202,9 @@ class TableRopeState:
         registered in the table as :meth:`PositionTable.add_positions` holds them."""
         if self._follow_mode():
             return self.vllm.update_prefill_positions(req_idx, positions, delta)
-        if self.vllm is not None:
+        if self.vllm is not None:  # check mode: vLLM's state takes the update too (GPU runner: staged)
             self.vllm.update_prefill_positions(req_idx, positions, delta)
+            self._staged = True
         try:
             host = positions.cpu().numpy() if hasattr(positions, "cpu") else np.asarray(positions)
             if req_idx in self.table:
