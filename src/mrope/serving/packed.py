@@ -10,12 +10,13 @@ those few rows into the table's pool, without touching the prompt's tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .._errors import MRopeError
+from ..core.one_row import OneRowLayout
 from ..core.render import render_all
 from ..core.segments import IS_TEXT, ORIGIN, START, WIDTH, SegmentTable
 from ._segments import from_positions, positions_input
@@ -26,6 +27,9 @@ NUM_ROWS = ORIGIN + 1
 _TEXT_SEGMENT = np.zeros((NUM_ROWS, 1), dtype=np.int64)
 _TEXT_SEGMENT[WIDTH, 0] = _TEXT_SEGMENT[IS_TEXT, 0] = 1
 _TEXT_SEGMENT.flags.writeable = False
+#: prompts of at most this many segments are written into a table's pool one value at a time (a few
+#: Python writes cost less than numpy's calls with an engine's cold caches); larger ones as one block
+_SINGLE_VALUES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +47,25 @@ class PackedPrompt:
     segments: np.ndarray
     length: int
     delta: int
+    #: the segments as a table's pool writes them (:class:`mrope.core.OneRowLayout`), made once here
+    layout: OneRowLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Checked once, where it is made (or unpickled: see :meth:`__reduce__`), so that registering it
-        checks nothing more; its segments are kept read-only (a writeable array is copied)."""
+        checks nothing more; its segments are kept read-only (a writeable array is copied), and laid out
+        for the pool: a few segments as Python ints, more as one block."""
         self.check()
-        if self.segments.flags.writeable:
-            segments = self.segments.copy()
+        segments = self.segments
+        if segments.flags.writeable:
+            segments = segments.copy()
             segments.flags.writeable = False
             object.__setattr__(self, "segments", segments)
+        num = segments.shape[1]
+        if num <= _SINGLE_VALUES:
+            layout = OneRowLayout(segments.T.ravel().tolist(), list(range(num)), [], num, self.length)
+        else:
+            layout = OneRowLayout([], [], [(0, (0,) * NUM_ROWS, segments)], num, self.length)
+        object.__setattr__(self, "layout", layout)
 
     def __reduce__(self) -> tuple[type, tuple[np.ndarray, int, int]]:
         """Unpickled through the constructor: checked again in the process that loads it."""

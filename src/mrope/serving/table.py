@@ -487,7 +487,7 @@ class PositionTable:
                 f"{self.dtype} positions in {self.num_dims} rows: register with add()"
             )
         length, delta = packed.length, packed.delta
-        self._insert(slot, packed.segments, None, length, delta, length - 1 + delta, replace, PLAIN_ROWS)
+        self._insert(slot, packed.layout, None, length, delta, length - 1 + delta, replace, PLAIN_ROWS)
 
     def remove(self, slot: int) -> None:
         """Forget the request in ``slot`` (finished or preempted); the slot and its segments' pool
