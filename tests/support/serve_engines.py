@@ -23,7 +23,9 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +199,37 @@ def counters(log: str) -> dict[int, dict[str, Any]]:
 def serving_lines(log: str) -> list[str]:
     """mrope's lines saying what it serves (``mrope: serves ...``), in order."""
     return [match.group(0) for line in log.splitlines() if (match := _SERVES.search(line))]
+
+
+def exercise(
+    server: Any,
+    generate: Callable[[Any], list[int]],
+    bodies: Mapping[str, Any],
+    *,
+    burst: int,
+    served: bool,
+    stop_timeout_s: float,
+) -> dict[str, Any]:
+    """One started server's run, stopped at its end: the greedy tokens of each of ``bodies``
+    (``generate(body)``, one at a time), ``burst`` concurrent requests of the ``"image"`` body, the
+    counters line that counts them all (``served``: waited for, within 30 s), then the server stopped:
+    ``{"tokens", "burst", "requests", "log", "returncode", "stop_s", "leftovers"}``."""
+    tokens = {name: generate(body) for name, body in bodies.items()}
+    with ThreadPoolExecutor(burst) as pool:
+        counts = list(pool.map(lambda _: len(generate(bodies["image"])), range(burst)))
+    requests = len(bodies) + burst
+    deadline = time.monotonic() + 30  # the counters line follows within the interval (1 s)
+    while served and time.monotonic() < deadline:
+        if any(c.get("admitted", 0) >= requests for c in counters(server.log()).values()):
+            break
+        time.sleep(0.5)
+    returncode = server.stop(stop_timeout_s)
+    return {
+        "tokens": tokens,
+        "burst": counts,
+        "requests": requests,
+        "log": server.log(),
+        "returncode": returncode,
+        "stop_s": server.stop_s,
+        "leftovers": server.leftovers,
+    }

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -73,27 +71,15 @@ def run_server(model_dir: Path, log_path: Path, plugin: str | None, cache: Path)
     its log, exit status, stop time and leftover processes."""
     env = engines.server_env(engines.SGLANG_ENV, plugin_var="MROPE_SGLANG", plugin=plugin, interval_s=1)
     env["SGLANG_CACHE_DIR"] = str(cache)
-    bodies = prompts()
     with servers.serve(engines.sglang_argv(model_dir), env, log_path) as server:
-        tokens = {name: generate(server.url, body) for name, body in bodies.items()}
-        with ThreadPoolExecutor(BURST) as pool:
-            burst = list(pool.map(lambda _: len(generate(server.url, bodies["image"])), range(BURST)))
-        requests = len(bodies) + BURST
-        deadline = time.monotonic() + 30  # the counters line follows within the interval (1 s)
-        while plugin is not None and time.monotonic() < deadline:
-            if any(c.get("admitted", 0) >= requests for c in engines.counters(server.log()).values()):
-                break
-            time.sleep(0.5)
-        returncode = server.stop(STOP_TIMEOUT_S)
-        return {
-            "tokens": tokens,
-            "burst": burst,
-            "requests": requests,
-            "log": server.log(),
-            "returncode": returncode,
-            "stop_s": server.stop_s,
-            "leftovers": server.leftovers,
-        }
+        return engines.exercise(
+            server,
+            lambda body: generate(server.url, body),
+            prompts(),
+            burst=BURST,
+            served=plugin is not None,
+            stop_timeout_s=STOP_TIMEOUT_S,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,7 @@ on SIGTERM and leaves no process behind.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,29 +64,17 @@ def run_server(model_dir: Path, log_path: Path, plugin: str | None) -> dict[str,
     """One server (``MROPE_VLLM=plugin``, None: unset): tokens of each prompt, the burst's token counts, its
     log, exit status, stop time and leftover processes."""
     env = engines.server_env(engines.VLLM_ENV, plugin_var="MROPE_VLLM", plugin=plugin, interval_s=1)
-    chats = prompts()
     with servers.serve(engines.vllm_argv(model_dir), env, log_path) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=180)
         model = client.models.list().data[0].id
-        tokens = {name: complete(client, model, messages) for name, messages in chats.items()}
-        with ThreadPoolExecutor(BURST) as pool:
-            burst = list(pool.map(lambda _: len(complete(client, model, chats["image"])), range(BURST)))
-        requests = len(chats) + BURST
-        deadline = time.monotonic() + 30  # the counters line follows within the interval (1 s)
-        while plugin is not None and time.monotonic() < deadline:
-            if any(c.get("admitted", 0) >= requests for c in engines.counters(server.log()).values()):
-                break
-            time.sleep(0.5)
-        returncode = server.stop(STOP_TIMEOUT_S)
-        return {
-            "tokens": tokens,
-            "burst": burst,
-            "requests": requests,
-            "log": server.log(),
-            "returncode": returncode,
-            "stop_s": server.stop_s,
-            "leftovers": server.leftovers,
-        }
+        return engines.exercise(
+            server,
+            lambda messages: complete(client, model, messages),
+            prompts(),
+            burst=BURST,
+            served=plugin is not None,
+            stop_timeout_s=STOP_TIMEOUT_S,
+        )
 
 
 @pytest.fixture(scope="module")
