@@ -191,3 +191,26 @@ def test_refused_request_is_served_from_vllms_positions(
         plugin.reset_stats()
         assert engine.generate(prompts) == expected
         assert plugin.stats()["fallback_steps"] > 0
+
+
+def test_enable_loads_the_compiled_step() -> None:
+    """The V1 runner's compiled step is loaded when the plugin is enabled (a process's start), not at a
+    runner's first admission, where the first request after a server's start waited ~0.4 s for it: in a
+    fresh process, enable() leaves the step compiled for the V1 runner's arrays; without it, none is."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from mrope.integrations import vllm as plugin\n"
+        "if sys.argv[1] == 'enable':\n"
+        "    plugin.enable()\n"
+        "compiled = sys.modules.get('mrope.serving._compiled')\n"
+        "print('OVERLOADS', 0 if compiled is None else len(compiled.fill.overloads))\n"
+    )
+    counts = {}
+    for how in ("enable", "import"):
+        done = subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        counts[how] = int(done.stdout.split("OVERLOADS")[1].split()[0])
+    assert counts == {"enable": 1, "import": 0}
