@@ -10,6 +10,7 @@ those few rows into the table's pool, without touching the prompt's tokens.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +86,7 @@ class PackedPrompt:
         """A prompt of ``length`` text tokens (positions ``0 .. length - 1`` on every row, delta 0)."""
         if type(length) is not int or length <= 0:
             raise MRopeError(f"length must be a positive int, got {length!r}")
-        return cls(_TEXT_SEGMENT, length, 0)
+        return _text_prompt(length)
 
     def to_array(self) -> np.ndarray:
         """The packed prompt as one (1, 2 + 6 * S) int64 array, ``[length, delta, segments row-major]``,
@@ -138,3 +139,10 @@ class PackedPrompt:
                 f"PackedPrompt.segments must start at 0 and within its length {self.length}, "
                 f"got starts {int(data[START, 0])} .. {int(data[START, -1])}"
             )
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_prompt(length: int) -> PackedPrompt:
+    """The text prompt of ``length`` tokens, made (checked and laid out) once per length: an engine
+    registers one per text-only request, in its step."""
+    return PackedPrompt(_TEXT_SEGMENT, length, 0)
