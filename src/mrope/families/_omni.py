@@ -335,10 +335,8 @@ class OmniFamily(Family):
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray, bool]:
-        if use_audio_in_video is None:
-            use_audio_in_video = False
-        if not isinstance(use_audio_in_video, (bool, np.bool_)):
-            raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+        """The audios' placeholder tokens, and whether videos carry their audio (a bool or None, as
+        :class:`MultimodalInputs` checked it)."""
         return self.check_audio_seqlens(audio_seqlens), bool(use_audio_in_video)
 
     def parse(self, inputs: RequestInputs) -> ItemBlocks:

@@ -137,6 +137,7 @@ _KEPT_STEPS = 256  # the videos' time steps :meth:`Qwen2VL.item_rows` keeps, by 
 #: the hooks whose rule :meth:`Qwen2VL.item_rows` follows on Python values
 _ITEM_PATH_HOOKS = (
     "request_inputs",
+    "read_extra_inputs",
     "check_vision_inputs",
     "prompt_blocks",
     "vision_blocks",
