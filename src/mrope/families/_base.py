@@ -282,9 +282,8 @@ class Family:
         that does not take them (:meth:`check_extra_inputs`), and read by one that does
         (:meth:`check_audio_inputs`, :meth:`read_extra_inputs`)."""
         given = MultimodalInputs.gather(inputs, keywords).as_arrays()
-        others = given.family_inputs()
-        if others:
-            self.check_extra_inputs(others)
+        if given.extra or given.audio_seqlens is not None or given.use_audio_in_video is not None:
+            self.check_extra_inputs(given.family_inputs())
         image_offsets, video_offsets = given.image_offsets, given.video_offsets
         if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
             raise MRopeError(self.no_offsets_message())

@@ -213,20 +213,31 @@ class MultimodalInputs:
     )
 
     def __post_init__(self) -> None:
-        for name in self.ARRAY_FIELDS:
-            value = getattr(self, name)
-            if value is not None and isinstance(value, _NOT_ARRAYS):
-                raise MRopeError(
-                    f"{name} must be an array, a tensor or a list of numbers, got {type(value).__name__} "
-                    f"{value!r:.80}"
-                )
+        arrays = (
+            self.image_grid_thw,
+            self.video_grid_thw,
+            self.second_per_grid_ts,
+            self.image_offsets,
+            self.video_offsets,
+            self.audio_seqlens,
+            self.frame_offsets,
+        )
+        some_array = False
+        for name, value in zip(self.ARRAY_FIELDS, arrays, strict=True):
+            if value is not None:
+                some_array = True
+                if type(value) not in _PLAIN_ARRAYS and isinstance(value, _NOT_ARRAYS):
+                    raise MRopeError(
+                        f"{name} must be an array, a tensor or a list of numbers, got "
+                        f"{type(value).__name__} {value!r:.80}"
+                    )
         given = self.use_audio_in_video
         if given is not None and not isinstance(given, (bool, np.bool_)):
             raise MRopeError(f"use_audio_in_video must be a bool, got {given!r}")
         if self.items is not None:
             object.__setattr__(self, "items", item_list(self.items))
-            others = [name for name in self.given() if name != "items"]
-            if others:
+            if some_array or given is not None or self.extra:
+                others = [name for name in self.given() if name != "items"]
                 raise MRopeError(
                     "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio or "
                     f"family inputs): give one or the other, got items and {', '.join(others)}"
@@ -256,6 +267,8 @@ class MultimodalInputs:
                     f"{', '.join(keywords)}"
                 )
             return inputs
+        if keywords.keys() <= _FIELDS:
+            return cls(**keywords)
         named: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for name, value in keywords.items():
@@ -297,6 +310,7 @@ class MultimodalInputs:
 
 #: what an array input is never (a string holds no numbers; a mapping or a set has no order)
 _NOT_ARRAYS = (str, bytes, Mapping, Set, bool)
+_PLAIN_ARRAYS = frozenset((list, tuple, np.ndarray))  # (what is given most: no subclass check needed)
 
 
 def _checked_extra(extra: Any) -> Mapping[str, Any]:
