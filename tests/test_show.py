@@ -117,7 +117,7 @@ def check_runs(family: mrope.Family, prompt) -> None:
             )
             # a frame's pieces hold its H' * W' tokens (H' * (W' + 1): a newline token ends each row)
             m = family.spatial_merge_size
-            plane = grid[1] // m * (grid[2] // m + (family.prompt_layout == "newline"))
+            plane = grid[1] // m * (grid[2] // m + (family.prompt_layout.name == "newline"))
             sizes = np.bincount(runs.frame[own], weights=(runs.end - runs.start)[own])[1:]
             np.testing.assert_array_equal(sizes, plane, err_msg=f"{kind} {number} frame sizes")
         assert not ((runs.kind == kind) & (runs.item > len(grids))).any()

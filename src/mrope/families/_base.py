@@ -41,6 +41,7 @@ from ..core.rows import PLAIN_ROWS, SegmentRows
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
 from .inputs import ArrayLike, MultimodalInputs, RequestInputs, Seconds, SplitItems, split_items
+from .layout import PromptLayout
 
 # what each setting holds (token ids, named ``*_id``, are ints >= 0): "size", an int >= 1; "rate", a
 # finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk); "choice", one
@@ -125,9 +126,9 @@ class Family:
     #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (given
     #: to the rotary builder by :meth:`rotary_arguments`, for a config that leaves it out)
     default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
-    #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
-    #: ``"glm"``, ``"ernie"``, ``"omni"`` or ``"newline"``; None: no layout known (give ``input_ids``)
-    prompt_layout: ClassVar[str | None] = None
+    #: how the processor lays out images and videos as tokens (:class:`mrope.families.layout.PromptLayout`,
+    #: which :func:`mrope.prompts.build_prompt` asks); None: no layout known (give ``input_ids``)
+    prompt_layout: ClassVar[PromptLayout | None] = None
     #: marker token ids a config may lack (the released checkpoints' values); a config's own win
     default_markers: ClassVar[Mapping[str, int]] = {}
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
@@ -226,6 +227,13 @@ class Family:
     def segment_rows_error(self, what: str) -> MRopeError | None:
         """Why ``what`` (an engine integration), which takes the segment model's rows (t, h, w) only,
         cannot take this family's positions; None: it can."""
+        return None
+
+    def vllm_difference(self) -> str | None:
+        """Why this family's positions, under its settings, are not those of vLLM's own code for its
+        model (None: they are, as :mod:`mrope.integrations.vllm` serves them): the family's knowledge of
+        vLLM's rule, which the integration reads. (Rows other than (t, h, w), tokens past the prompt and
+        inputs the integration does not read are the integration's own gates.)"""
         return None
 
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:

@@ -38,6 +38,7 @@ from ..core.place import LARGEST_POSITION
 from ._base import Family
 from ._grids import check_grids
 from ._seconds import check_second_per_grid_ts
+from .glm4v import GLM
 from .inputs import ArrayLike, RequestInputs, Seconds
 
 _NO_VIDEOS = np.zeros((0, 3), dtype=np.int64)
@@ -47,7 +48,7 @@ _NO_VIDEOS = np.zeros((0, 3), dtype=np.int64)
 class GlmImage(Family):
     model_types = ("glm_image",)
     takes_offsets = False
-    prompt_layout = "glm"  # the source images; the target grids and the generation's start are the caller's
+    prompt_layout = GLM  # the source images; the target grids and the generation's start are the caller's
     extra_inputs = ("images_per_sample",)
     decode_follows_index = False
     default_mrope_sections = {"glm_image_text": (8, 12, 12)}
