@@ -11,12 +11,9 @@ Omni thinkers; newline: HY-V4-VL; hunyuan: HunYuan-VL).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .._errors import MRopeError
-
-if TYPE_CHECKING:
-    from ._base import Family
 
 #: a run of tokens: (token id, count)
 Run = tuple[int, int]
@@ -75,7 +72,7 @@ class Draft:
     whether markers are laid out, whether videos carry their audio, and the audios' feature lengths so
     far (a video with its audio adds its own)."""
 
-    family: Family
+    family: Any  # the family (:class:`mrope.Family`: this module is below it, and names it not)
     settings: dict[str, Any]
     marks: dict[str, int]
     markers: bool = True
