@@ -25,6 +25,7 @@ def test_public_names():
         "Family",
         "MRopeError",
         "MRotaryEmbedding",
+        "MultimodalInputs",
         "PositionTable",
         "RequestInputs",
         "from_config",

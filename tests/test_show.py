@@ -100,7 +100,7 @@ def check_runs(family: mrope.Family, prompt) -> None:
     frames numbered 1..T, video ``i`` its T / temporal_merge_size."""
     ids = np.asarray(prompt.input_ids)
     table, _ = family.segments(prompt.input_ids, **prompt.kwargs())
-    runs = prompt_runs(family, ids, table, prompt.image_grid_thw or None, prompt.video_grid_thw or None, None)
+    runs = prompt_runs(family, ids, table, prompt.image_grid_thw or None, prompt.video_grid_thw or None)
     assert runs.start[0] == 0 and runs.end[-1] == len(ids)
     np.testing.assert_array_equal(runs.start[1:], runs.end[:-1])
     assert (runs.end > runs.start).all()
@@ -117,7 +117,7 @@ def check_runs(family: mrope.Family, prompt) -> None:
             )
             # a frame's pieces hold its H' * W' tokens (H' * (W' + 1): a newline token ends each row)
             m = family.spatial_merge_size
-            plane = grid[1] // m * (grid[2] // m + (family.prompt_layout == "newline"))
+            plane = grid[1] // m * (grid[2] // m + (family.prompt_layout.name == "newline"))
             sizes = np.bincount(runs.frame[own], weights=(runs.end - runs.start)[own])[1:]
             np.testing.assert_array_equal(sizes, plane, err_msg=f"{kind} {number} frame sizes")
         assert not ((runs.kind == kind) & (runs.item > len(grids))).any()
@@ -146,7 +146,7 @@ def test_runs_name_every_frame_omni_ernie(name: str) -> None:
     if setup.omni:  # the audio's tokens are named as audio 1
         ids = np.asarray(prompt.input_ids)
         table, _ = family.segments(prompt.input_ids, **prompt.kwargs())
-        runs = prompt_runs(family, ids, table, prompt.image_grid_thw, prompt.video_grid_thw, None)
+        runs = prompt_runs(family, ids, table, prompt.image_grid_thw, prompt.video_grid_thw)
         audio = runs.kind == "audio"
         assert audio.any() and (runs.item[audio] == 1).all()
 

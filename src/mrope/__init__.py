@@ -6,7 +6,7 @@
 from ._errors import MRopeError  # first: every submodule raises it
 from .batch import get_rope_index
 from .core import Compat
-from .families import Family, RequestInputs, from_config, supported_model_types
+from .families import Family, MultimodalInputs, RequestInputs, from_config, supported_model_types
 from .serving import PositionTable
 from .show import show  # matplotlib is imported when it draws
 
@@ -15,6 +15,7 @@ __all__ = [
     "Family",
     "MRopeError",
     "MRotaryEmbedding",
+    "MultimodalInputs",
     "PositionTable",
     "RequestInputs",
     "from_config",

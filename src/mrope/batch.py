@@ -9,22 +9,20 @@ import numpy as np
 from ._backends import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
 from .core import Compat
-from .families import ArrayLike, RequestInputs, family_for
+from .families import ArrayLike, MultimodalInputs, RequestInputs, family_for
+
+#: the inputs of one prompt only (where its items lie), which a batch does not take
+ONE_PROMPT_INPUTS = ("image_offsets", "video_offsets", "frame_offsets", "items")
 
 
 def get_rope_index(
     config: Any,
     input_ids: ArrayLike,
+    inputs: MultimodalInputs | None = None,
     *,
-    image_grid_thw: ArrayLike | None = None,
-    video_grid_thw: ArrayLike | None = None,
-    second_per_grid_ts: ArrayLike | None = None,
     attention_mask: ArrayLike | None = None,
     compat: Compat | None = None,
-    audio_seqlens: ArrayLike | None = None,
-    use_audio_in_video: bool | None = None,
-    images_per_sample: ArrayLike | None = None,
-    **extra_inputs: Any,
+    **keywords: Any,
 ) -> tuple[ArrayLike, ArrayLike]:
     """Positions of a padded batch, as transformers' ``get_rope_index`` returns them.
 
@@ -37,21 +35,19 @@ def get_rope_index(
         A config object is read once and its family cached until the object is freed (a loaded
         model's config does not change); pass a family to control this.
     input_ids : torch tensor or numpy array, shape (B, L), integer
-    image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
-    second_per_grid_ts : (num_videos,), optional (families that scale video time). Under
-        ``compat="transformers"`` Qwen2.5-VL computes the time in its dtype, as transformers does
-        (bfloat16, float16, float32 or float64 tensors; see :meth:`Family.positions`).
+    inputs : :class:`mrope.MultimodalInputs`, optional, or its fields as keywords (``**keywords``):
+        the batch's ``image_grid_thw``, ``video_grid_thw``, ``second_per_grid_ts`` and
+        ``audio_seqlens`` (Omni families only) in batch order, ``use_audio_in_video`` (Omni families
+        only), and a family's own inputs: GLM-Image's ``images_per_sample`` ((B,) int: the grids of each
+        row, in order, its complete images' then those of the images to generate, as its processor gives
+        them; needed by a batch of several rows with grids), MiniCPM-V 4.7's ``target_sizes`` and
+        ``target_sizes_videos`` (the crops' (H, W) patch grids in batch order) and ``downsample_mode``.
+        Under ``compat="transformers"`` Qwen2.5-VL computes the time in the seconds' dtype, as
+        transformers does (see :class:`mrope.MultimodalInputs`). The items of a batch are found in
+        ``input_ids``: offsets and items (one prompt's) are refused.
     attention_mask : shape (B, L), optional; 0 marks padding (left or right). Padded slots get 0.
     compat : ``"vllm"``, ``"transformers"`` or None (default): the family's own, ``"vllm"`` for a config
         (:func:`mrope.families.family_for`).
-    audio_seqlens : (num_audios,) audio feature lengths in batch order, optional (Omni families only)
-    use_audio_in_video : bool, optional (Omni families only): every video carries its audio
-    images_per_sample : (B,) int, optional (GLM-Image only): the grids of each row, in order (its complete
-        images', then those of the images to generate), as its processor gives them; needed by a batch
-        of several rows with grids
-    **extra_inputs : the inputs of a family that takes others (its ``extra_inputs``: MiniCPM-V 4.7's
-        ``target_sizes`` and ``target_sizes_videos``, the crops' (H, W) patch grids in batch order, and
-        ``downsample_mode``); every other family refuses them
 
     Returns
     -------
@@ -61,22 +57,18 @@ def get_rope_index(
         Torch tensors on the device of ``input_ids`` if it is a tensor, numpy arrays otherwise.
     """
     family = family_for(config, compat)
+    given = MultimodalInputs.gather(inputs, keywords)
+    one_prompt = [name for name in ONE_PROMPT_INPUTS if getattr(given, name) is not None]
+    if one_prompt:
+        raise MRopeError(
+            f"get_rope_index takes no {', '.join(one_prompt)}: a batch's items are found in input_ids "
+            "(Family.positions takes one prompt's offsets or items)"
+        )
     ids = to_int_array(input_ids, name="input_ids", ndim=2)
     batch, length = ids.shape
 
     def stream_inputs(stream: np.ndarray, row_starts: np.ndarray, row_lengths: np.ndarray) -> RequestInputs:
-        return family.request_inputs(
-            stream,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-            audio_seqlens=audio_seqlens,
-            use_audio_in_video=use_audio_in_video,
-            images_per_sample=images_per_sample,
-            row_starts=row_starts,
-            row_lengths=row_lengths,
-            **extra_inputs,
-        )
+        return family.request_inputs(stream, given, row_starts=row_starts, row_lengths=row_lengths)
 
     if batch == 0:  # nothing to place; grids must still describe no placeholders
         no_rows = np.zeros(0, dtype=np.int64)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ._errors import MRopeError
 from .core import COMPATS, Compat
-from .families import ArrayLike, Family
+from .families import ArrayLike, Family, MultimodalInputs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -62,16 +62,13 @@ class Runs:
 def show(
     family: Family,
     input_ids: ArrayLike,
+    inputs: MultimodalInputs | None = None,
     *,
-    image_grid_thw: ArrayLike | None = None,
-    video_grid_thw: ArrayLike | None = None,
-    second_per_grid_ts: ArrayLike | None = None,
-    audio_seqlens: ArrayLike | None = None,
-    use_audio_in_video: bool | None = None,
     path: str | Path,
     compat: Compat | None = None,
     compare: bool = False,
     title: str | None = None,
+    **keywords: Any,
 ) -> Path:
     """Draw one prompt's positions into a PNG file and return its path.
 
@@ -79,8 +76,10 @@ def show(
     ----------
     family : Family
         The model family ([`mrope.from_config`][mrope.from_config]).
-    input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_seqlens, use_audio_in_video
-        The prompt, as [`Family.positions`][mrope.Family.positions] takes it.
+    input_ids : list, numpy array or torch tensor, shape (L,), integer
+    inputs : MultimodalInputs, optional
+        The prompt's inputs ([`mrope.MultimodalInputs`][mrope.MultimodalInputs]), or its fields as
+        keywords (``**keywords``), as [`Family.positions`][mrope.Family.positions] takes them.
     path : str or pathlib.Path
         Where to write the picture; it must end in ``.png`` and its folder must exist.
     compat : str, optional
@@ -118,18 +117,13 @@ def show(
             f"the prompt has {length:,} tokens: mrope.show draws prompts of at most {MAX_TOKENS:,} tokens"
         )
     figure_class = _figure_class()
-    inputs = {
-        "image_grid_thw": image_grid_thw,
-        "video_grid_thw": video_grid_thw,
-        "second_per_grid_ts": second_per_grid_ts,
-    }
-    if audio_seqlens is not None or use_audio_in_video is not None:
-        inputs.update(audio_seqlens=audio_seqlens, use_audio_in_video=use_audio_in_video)
+    given = MultimodalInputs.gather(inputs, keywords).as_arrays()
     compats = COMPATS if compare else (compat or family.compat,)
-    drawn = {c: family.with_compat(c).positions(input_ids, **inputs) for c in compats}
-    table, _ = family.segments(input_ids, **inputs)
+    drawn = {c: family.with_compat(c).positions(input_ids, given) for c in compats}
+    table, _ = family.segments(input_ids, given)
+    checked = family.request_inputs(input_ids, given)  # the grids as the family reads them
     ids = np.asarray(input_ids).reshape(-1).astype(np.int64)
-    runs = prompt_runs(family, ids, table, image_grid_thw, video_grid_thw, inputs.get("audio_seqlens"))
+    runs = prompt_runs(family, ids, table, checked.images, checked.videos)
     figure = _draw(figure_class, family, ids.size, runs, drawn, title)
     picture = io.BytesIO()  # drawn in full before the file is opened: a failed drawing writes nothing
     figure.savefig(picture, format="png", dpi=110)
@@ -187,7 +181,6 @@ def prompt_runs(
     table: Any,
     image_grid_thw: ArrayLike | None,
     video_grid_thw: ArrayLike | None,
-    audio_seqlens: ArrayLike | None,
 ) -> Runs:
     """The runs of a prompt: each vision block of ``table`` (a frame, or a piece of one) named by its
     item and frame, and the text and audio runs between them."""

@@ -102,7 +102,7 @@ def test_conventions_differ_after_a_long_video(peer):
     peer.check_sglang(prompt)
 
 
-@setups(lambda s: REGISTRY[s.model_type].prompt_layout in ("frames", "glm"))
+@setups(lambda s: getattr(REGISTRY[s.model_type].prompt_layout, "name", None) in ("frames", "glm"))
 @given(data=st.data())
 def test_conventions_agree_when_every_block_is_one_frame(peer, data):
     # a video is one block per frame and images have T = 1, so max(block) + 1 == base + max(H', W'):

@@ -237,7 +237,9 @@ def test_placeholders_left_next_to_an_item_are_refused(name, data, edit, markers
     to each item checked: O(items), no scan), with the table unchanged. (A run left out that touches no
     item is found only by a scan, which items and offsets spare.)"""
     family = family_of(name)
-    markers = markers or family.prompt_layout != "whole"  # (only the whole layout has a markerless form)
+    markers = (
+        markers or not family.prompt_layout.markers_optional
+    )  # (only the whole layout has a markerless form)
     prompt = data.draw(prompts(family, max_images=3, max_videos=2, markers=markers), label="prompt")
     items = items_of(family, prompt)
     merge = family.spatial_merge_size

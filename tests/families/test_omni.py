@@ -6,6 +6,8 @@ position_id_per_seconds 25 (class default) and 13 (the checkpoints). Then vLLM's
 video_time "float64"; its match against vLLM's own code is in tests/integrations/vllm): integer
 positions, vLLM's interleaving, transformers' rule kept by every other setting."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -106,7 +108,10 @@ def test_qwen2_5_omni_config_forms_and_other_families_refuse_audio():
             "vision_config": {"spatial_merge_size": 2},
         }
     )
-    with pytest.raises(mrope.MRopeError, match="qwen2_vl takes no audio_seqlens .only the Omni families do."):
+    omni = sorted(t for t, cls in mrope.families.REGISTRY.items() if "audio_seqlens" in cls.extra_inputs)
+    assert {"qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"} <= set(omni)
+    owners = re.escape(f"(only for {', '.join(omni)})")
+    with pytest.raises(mrope.MRopeError, match=f"qwen2_vl takes no audio_seqlens {owners}$"):
         qwen2.positions([5, 6], audio_seqlens=[10])
     with pytest.raises(mrope.MRopeError, match="qwen2_vl takes no use_audio_in_video"):
         mrope.get_rope_index(qwen2, np.array([[5, 6]]), use_audio_in_video=False)

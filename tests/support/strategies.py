@@ -144,7 +144,7 @@ def layout_kind(family: Any) -> str:
     """How the family lays out its items: ``whole``, ``frames``, ``glm``, ``ernie`` or ``omni``."""
     if family.prompt_layout is None:
         raise KeyError(f"no prompt layout for {family.model_type}: set its family's prompt_layout")
-    return family.prompt_layout
+    return family.prompt_layout.name
 
 
 def build_prompt(

@@ -20,7 +20,7 @@ from .glm46v import Glm46V
 from .glm_image import GlmImage
 from .hunyuan_vl import HunYuanVL
 from .hy_v4_vl import HYV4VL
-from .inputs import ArrayLike, PromptItem, RequestInputs
+from .inputs import ArrayLike, MultimodalInputs, PromptItem, RequestInputs
 from .isaac import Isaac
 from .keye import Keye
 from .minicpmv4_7 import MiniCPMV4_7
@@ -148,6 +148,7 @@ __all__ = [
     "REGISTRY",
     "ArrayLike",
     "Family",
+    "MultimodalInputs",
     "PromptItem",
     "RequestInputs",
     "family_for",

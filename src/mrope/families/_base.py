@@ -12,7 +12,7 @@ path of :mod:`mrope.core.one_row`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
@@ -40,16 +40,8 @@ from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from ..core.rows import PLAIN_ROWS, SegmentRows
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
-from .inputs import (
-    ArrayLike,
-    PromptItem,
-    RequestInputs,
-    Seconds,
-    SplitItems,
-    item_list,
-    items_as_inputs,
-    split_items,
-)
+from .inputs import ArrayLike, MultimodalInputs, RequestInputs, Seconds, SplitItems, split_items
+from .layout import PromptLayout
 
 # what each setting holds (token ids, named ``*_id``, are ints >= 0): "size", an int >= 1; "rate", a
 # finite number > 0 and at most LARGEST_POSITION (positions per second, seconds per chunk); "choice", one
@@ -89,6 +81,10 @@ def check_setting(model_type: str, name: str, value: Any) -> None:
         what = "a positive int" if kind == "size" else "an int >= 0 (a token id)"
         raise MRopeError(f"{model_type}: {name} must be {what}, got {value!r}")
 
+
+#: the grids of a prompt given as items placed by its family's rule on items (read-only: shared)
+_NO_GRIDS = np.zeros((0, 3), dtype=np.int64)
+_NO_GRIDS.flags.writeable = False
 
 #: the fields every family has; the others are its settings
 BASE_FIELDS = ("model_type", "compat", "video_time", "config")
@@ -130,9 +126,9 @@ class Family:
     #: transformers' default ``mrope_section`` of the family's text configs, by text ``model_type`` (given
     #: to the rotary builder by :meth:`rotary_arguments`, for a config that leaves it out)
     default_mrope_sections: ClassVar[Mapping[str, tuple[int, int, int]]] = {}
-    #: how the processor lays out images and videos (:mod:`mrope.prompts`): ``"whole"``, ``"frames"``,
-    #: ``"glm"``, ``"ernie"``, ``"omni"`` or ``"newline"``; None: no layout known (give ``input_ids``)
-    prompt_layout: ClassVar[str | None] = None
+    #: how the processor lays out images and videos as tokens (:class:`mrope.families.layout.PromptLayout`,
+    #: which :func:`mrope.prompts.build_prompt` asks); None: no layout known (give ``input_ids``)
+    prompt_layout: ClassVar[PromptLayout | None] = None
     #: marker token ids a config may lack (the released checkpoints' values); a config's own win
     default_markers: ClassVar[Mapping[str, int]] = {}
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
@@ -233,6 +229,13 @@ class Family:
         cannot take this family's positions; None: it can."""
         return None
 
+    def vllm_difference(self) -> str | None:
+        """Why this family's positions, under its settings, are not those of vLLM's own code for its
+        model (None: they are, as :mod:`mrope.integrations.vllm` serves them): the family's knowledge of
+        vLLM's rule, which the integration reads. (Rows other than (t, h, w), tokens past the prompt and
+        inputs the integration does not read are the integration's own gates.)"""
+        return None
+
     def batch_generation_positions(self, input_ids: ArrayLike, **inputs: Any) -> list[np.ndarray]:
         """Each row's positions (3, n) of the tokens generated after a padded batch's prompts, for a
         family whose generated tokens do not take ``index + delta`` (:attr:`decode_follows_index`)."""
@@ -272,34 +275,24 @@ class Family:
     def request_inputs(
         self,
         input_ids: ArrayLike,
-        image_grid_thw: ArrayLike | None = None,
-        video_grid_thw: ArrayLike | None = None,
-        second_per_grid_ts: ArrayLike | None = None,
-        image_offsets: ArrayLike | None = None,
-        video_offsets: ArrayLike | None = None,
-        audio_seqlens: ArrayLike | None = None,
-        use_audio_in_video: bool | None = None,
-        frame_offsets: ArrayLike | None = None,
+        inputs: MultimodalInputs | None = None,
         *,
-        images_per_sample: ArrayLike | None = None,
         row_starts: np.ndarray | None = None,
         row_lengths: np.ndarray | None = None,
-        **extra_inputs: Any,
+        **keywords: Any,
     ) -> RequestInputs:
-        """The checked inputs of one call (see :meth:`positions` for the arguments): every rule on them
-        is checked here, once. ``row_starts`` and ``row_lengths`` (int64 arrays, the batch API) make
-        ``input_ids`` a stream of several rows; by default it is one prompt. ``images_per_sample``
-        (GLM-Image's, the grids of each row) and ``extra_inputs`` (other families' inputs) are refused
-        here: the family that takes them reads them."""
-        if audio_seqlens is not None or use_audio_in_video is not None or images_per_sample is not None:
-            extra_inputs = {
-                **extra_inputs,
-                "audio_seqlens": audio_seqlens,
-                "use_audio_in_video": use_audio_in_video,
-                "images_per_sample": images_per_sample,
-            }
-        if extra_inputs:
-            self.check_extra_inputs({k: v for k, v in extra_inputs.items() if v is not None})
+        """The checked inputs of one call: every rule on them is checked here, once.
+
+        ``inputs`` (or its fields as keywords, :meth:`MultimodalInputs.gather`) are what :meth:`positions`
+        takes; items are read as the arrays they say. ``row_starts`` and ``row_lengths`` (int64 arrays,
+        the batch API) make ``input_ids`` a stream of several rows; by default it is one prompt. Inputs
+        that only some families take (audio, :attr:`MultimodalInputs.extra`) are refused here by a family
+        that does not take them (:meth:`check_extra_inputs`), and read by one that does
+        (:meth:`check_audio_inputs`, :meth:`read_extra_inputs`)."""
+        given = MultimodalInputs.gather(inputs, keywords).as_arrays()
+        if given.extra or given.audio_seqlens is not None or given.use_audio_in_video is not None:
+            self.check_extra_inputs(given.family_inputs())
+        image_offsets, video_offsets = given.image_offsets, given.video_offsets
         if (image_offsets is not None or video_offsets is not None) and not self.takes_offsets:
             raise MRopeError(self.no_offsets_message())
         ids: np.ndarray | list[int]
@@ -308,52 +301,55 @@ class Family:
         else:  # only the items' own tokens are read: a list is not converted
             ids = input_ids
         images, videos, seconds = self.check_vision_inputs(
-            image_grid_thw, video_grid_thw, second_per_grid_ts, len(ids)
+            given.image_grid_thw, given.video_grid_thw, given.second_per_grid_ts, len(ids)
         )
-        audio_tokens, audio_in_video = self.check_audio_inputs(audio_seqlens, use_audio_in_video)
-        video_offsets = check_offsets(video_offsets, len(videos), "video")
-        if self.video_frames_in_prompt and video_offsets is not None:  # (frames found in prompt order)
+        audio_tokens, audio_in_video = self.check_audio_inputs(given.audio_seqlens, given.use_audio_in_video)
+        checked_video_offsets = check_offsets(video_offsets, len(videos), "video")
+        if self.video_frames_in_prompt and checked_video_offsets is not None:  # (frames in prompt order)
             check_prompt_order(
-                video_offsets, "video", f"{self.model_type} finds each video's frames in the prompt"
+                checked_video_offsets, "video", f"{self.model_type} finds each video's frames in the prompt"
             )
+        frame_offsets = given.frame_offsets
         if frame_offsets is not None:
-            frame_offsets = check_frame_offsets(self, frame_offsets, videos, video_offsets)
-        return RequestInputs(
+            frame_offsets = check_frame_offsets(self, frame_offsets, videos, checked_video_offsets)
+        checked = RequestInputs(
             ids,
             images,
             videos,
             seconds,
-            check_offsets(image_offsets, len(images), "image"),
-            video_offsets,
-            frame_offsets,
-            audio_tokens,
-            audio_in_video,
-            row_starts,
-            row_lengths,
+            image_offsets=check_offsets(image_offsets, len(images), "image"),
+            video_offsets=checked_video_offsets,
+            frame_offsets=frame_offsets,
+            audio_tokens=audio_tokens,
+            use_audio_in_video=audio_in_video,
+            row_starts=row_starts,
+            row_lengths=row_lengths,
         )
+        return self.read_extra_inputs(checked, given.extra)
+
+    def read_extra_inputs(self, checked: RequestInputs, extra: Mapping[str, Any]) -> RequestInputs:
+        """``checked`` with what the family's own inputs (its :attr:`extra_inputs`, given in ``extra``;
+        any other was refused) say: nothing for a family without such inputs."""
+        return checked
 
     def no_offsets_message(self) -> str:
         """The refusal of offsets by a family that does not take them."""
         return f"{self.model_type} takes no image_offsets or video_offsets"
 
-    def from_items(
-        self, input_ids: ArrayLike, items: Sequence[PromptItem], given: tuple[Any, ...]
-    ) -> RequestInputs | tuple[list[BlockRow], int]:
-        """What ``items=`` becomes (``given``: the other inputs, which must be None): where the family
-        has a rule on items (:attr:`rule_on_items`) and they are few, the prompt's blocks from
-        :meth:`item_rows` and its length; else the checked inputs of the same values as arrays."""
-        if given.count(None) != len(given):
-            raise MRopeError(
-                "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio inputs): "
-                "give one or the other"
-            )
+    def from_items(self, input_ids: ArrayLike, inputs: MultimodalInputs) -> RequestInputs:
+        """The checked inputs of one prompt given as ``inputs.items`` (which replace every other input,
+        :class:`MultimodalInputs`): where the family has a rule on items (:attr:`rule_on_items`) and
+        they are few, the prompt's blocks placed from their Python values by :meth:`item_rows`
+        (:attr:`RequestInputs.item_rows`); else the checked inputs of the same values as arrays."""
+        items = inputs.items
+        if items is None:
+            raise MRopeError("from_items reads inputs.items: none are given")
         if type(input_ids) is not list:
             input_ids = to_int_array(input_ids, name="input_ids", ndim=1)
-        if type(items) is not list:
-            items = item_list(items)  # (a generator read once: split_items reads the list)
         if self.rule_on_items and len(items) <= FEW_BLOCKS:
-            return self.item_rows(input_ids, split_items(items)), len(input_ids)
-        return self.request_inputs(input_ids, **items_as_inputs(items))
+            rows = self.item_rows(input_ids, split_items(items))
+            return RequestInputs(input_ids, _NO_GRIDS, _NO_GRIDS, None, item_rows=rows)
+        return self.request_inputs(input_ids, inputs)
 
     def item_rows(self, ids: Any, items: SplitItems) -> list[BlockRow]:
         """One prompt's blocks from its items' Python values (``ids``: a list or a 1-D int64 array),
@@ -387,18 +383,10 @@ class Family:
     def segments(
         self,
         input_ids: ArrayLike,
+        inputs: MultimodalInputs | None = None,
         *,
-        image_grid_thw: ArrayLike | None = None,
-        video_grid_thw: ArrayLike | None = None,
-        second_per_grid_ts: ArrayLike | None = None,
-        image_offsets: ArrayLike | None = None,
-        video_offsets: ArrayLike | None = None,
-        audio_seqlens: ArrayLike | None = None,
-        use_audio_in_video: bool | None = None,
-        frame_offsets: ArrayLike | None = None,
-        items: Sequence[PromptItem] | None = None,
         layout: bool = False,
-        **extra_inputs: Any,
+        **keywords: Any,
     ) -> tuple[SegmentTable | OneRowLayout, int | float]:
         """The segment table of one prompt and its delta: O(blocks + frames) state for serving.
 
@@ -411,73 +399,24 @@ class Family:
         (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's.
         A family that computes its positions itself (MiniCPM-V 4.7) gives the segments recovered from
         them (:func:`mrope.core.segments_of`)."""
-        given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
-        given += (audio_seqlens, use_audio_in_video, frame_offsets)
-        return self.one_prompt(input_ids, given, items, segments=True, layout=layout, extra=extra_inputs)
+        given = MultimodalInputs.gather(inputs, keywords)
+        return self.prompt(self.prompt_inputs(input_ids, given), segments=True, layout=layout)
 
     def positions(
-        self,
-        input_ids: ArrayLike,
-        *,
-        image_grid_thw: ArrayLike | None = None,
-        video_grid_thw: ArrayLike | None = None,
-        second_per_grid_ts: ArrayLike | None = None,
-        image_offsets: ArrayLike | None = None,
-        video_offsets: ArrayLike | None = None,
-        audio_seqlens: ArrayLike | None = None,
-        use_audio_in_video: bool | None = None,
-        frame_offsets: ArrayLike | None = None,
-        items: Sequence[PromptItem] | None = None,
-        **extra_inputs: Any,
+        self, input_ids: ArrayLike, inputs: MultimodalInputs | None = None, **keywords: Any
     ) -> tuple[np.ndarray, int | float]:
         """Positions of one prompt, as an engine computes them at admission.
 
         Parameters
         ----------
         input_ids : list, numpy array or torch tensor, shape (L,), integer
-        image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
-        second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time;
-            transformers' Omni code calls it ``second_per_grids``). Qwen2.5-VL under
-            ``compat="transformers"`` computes its time in their dtype, as transformers does: a torch
-            tensor's or numpy array's (bfloat16, float16, float32, float64; integers stay integers), a
-            list of floats as float32 (what ``torch.tensor`` makes of it); under ``compat="vllm"`` in
-            the family's ``video_time`` from their values, whatever the dtype
-            (:mod:`mrope.families.qwen2_5_vl`). The Omni families read them as float32.
-        image_offsets, video_offsets : (num_items,) int, optional
-            Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
-            ``mm_feature.mm_position.offset``, see ``mrope.integrations.vllm.features``).
-            Given for a modality (an empty list meaning "none"), its items are taken from the offsets
-            and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` (the
-            items in any order: they are taken in prompt order) and must not overlap another item; its
-            first and last placeholder tokens are checked. For
-            ``image_offsets`` and, in families whose video is one block (Qwen2-VL, Qwen2.5-VL,
-            PaddleOCR-VL, Ernie-4.5-VL), ``video_offsets``: the index of the item's first placeholder
-            token. Families that split a video into frames separated by timestamp text (Qwen3-VL and its
-            kin, GLM-4.1V and its kin) find the frames in ``input_ids``, in prompt order;
-            ``video_offsets[i]`` is where video ``i``'s placeholder range starts (at or before its first
-            frame), the videos in prompt order (offsets out of order are refused, naming them), and it
-            is checked that each video's frames lie between its offset and the next one. The Omni
-            families do not take offsets. With both offsets given, a list ``input_ids`` is never
-            converted to an array (but where a frame family must find its frames: give
-            ``frame_offsets``).
-        audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
-        use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
-        frame_offsets : (num_frames,) int, optional, with ``video_offsets``; frame families only (Qwen3-VL,
-            GLM-4.1V and their kin): where each video frame's placeholder tokens start, every video's
-            frames in order (vLLM: the runs of ``mm_position.is_embed``; out of order, refused). The frames
-            are then taken from them, not found in the prompt; each frame's first and last tokens are
-            checked.
-        items : list of :class:`mrope.families.PromptItem`, optional, in place of the grids, seconds and
-            offsets: each image and video as ``(modality, offset, (T, H, W), seconds)`` in Python
-            values, as an engine's per-item records hold them (:func:`mrope.families.inputs.split_items`
-            says what each must be). They mean what the same values as arrays mean and are checked as
-            those are (a video's seconds as a tensor or numpy value keep its dtype, seconds of mixed
-            dtypes are refused); a family with a rule on items (:attr:`rule_on_items`: Qwen2-VL, Qwen2.5-VL,
-            PaddleOCR-VL) checks and places a few of them without building an array (a serving
-            engine's admission), the others convert them.
-        **extra_inputs : the inputs of a family that takes others than these (its :attr:`extra_inputs`:
-            MiniCPM-V 4.7's ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``); every other
-            family refuses them.
+        inputs : :class:`mrope.MultimodalInputs`, optional
+            The prompt's images, videos, audios and offsets (or items), and a family's own inputs: what
+            each field means is said there.
+        **keywords : the fields of :class:`mrope.MultimodalInputs` by their names (``image_grid_thw=``,
+            ``items=``, ...), and a family's own inputs by theirs (MiniCPM-V 4.7's ``target_sizes``), in
+            place of ``inputs``: ``family.positions(ids, image_grid_thw=grids)`` is
+            ``family.positions(ids, MultimodalInputs(image_grid_thw=grids))``.
 
         Returns
         -------
@@ -492,36 +431,18 @@ class Family:
         MRopeError
             Placeholder counts that do not match the grids or audio lengths, bad grids, times or
             lengths, bad input shapes, audio inputs given to a family without audio; offsets of the
-            wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind.
+            wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind;
+            ``inputs`` and keywords both given, an input of the wrong kind (:class:`MultimodalInputs`).
         """
-        given = (image_grid_thw, video_grid_thw, second_per_grid_ts, image_offsets, video_offsets)
-        given += (audio_seqlens, use_audio_in_video, frame_offsets)
-        return self.one_prompt(input_ids, given, items, segments=False, extra=extra_inputs)
+        given = MultimodalInputs.gather(inputs, keywords)
+        return self.prompt(self.prompt_inputs(input_ids, given), segments=False)
 
-    def one_prompt(
-        self,
-        input_ids: ArrayLike,
-        given: tuple[Any, ...],
-        items: Sequence[PromptItem] | None,
-        *,
-        segments: bool,
-        layout: bool = False,
-        extra: Mapping[str, Any] | None = None,
-    ) -> tuple[Any, int | float]:
-        """:meth:`positions` (or, with ``segments``, :meth:`segments`) from their arguments: ``given``
-        the array inputs in :meth:`request_inputs`' order, or ``items``; ``extra`` the family's others."""
-        if items is None:
-            inputs = self.request_inputs(input_ids, *given, **(extra or {}))  # (positionally: admission)
-        elif extra:
-            raise MRopeError(f"items replaces the inputs: give it or {', '.join(sorted(extra))}")
-        else:
-            inputs = self.from_items(input_ids, items, given)
-            if type(inputs) is tuple:  # the blocks of a family's rule on items
-                rows, length = inputs
-                if not segments:
-                    return render_one_row(rows, length, self.compat)
-                return (layout_one_row if layout else segments_one_row)(rows, length, self.compat)
-        return self.prompt(inputs, segments=segments, layout=layout)
+    def prompt_inputs(self, input_ids: ArrayLike, inputs: MultimodalInputs) -> RequestInputs:
+        """One prompt's checked inputs: from its items (:meth:`from_items`), or its arrays
+        (:meth:`request_inputs`)."""
+        if inputs.items is None:
+            return self.request_inputs(input_ids, inputs)
+        return self.from_items(input_ids, inputs)
 
     @overload
     def prompt(
@@ -535,8 +456,10 @@ class Family:
         self, inputs: RequestInputs, *, segments: bool, layout: bool = False
     ) -> tuple[SegmentTable | OneRowLayout | np.ndarray, int | float]:
         """The segment table (``segments``; with ``layout``, the one-row layout of a prompt of a few
-        blocks) or the positions of one prompt, and its delta as a Python number."""
-        return self.one_stream(self.prompt_blocks(inputs), inputs.length, segments=segments, layout=layout)
+        blocks) or the positions of one prompt, and its delta as a Python number: the blocks its items
+        placed (:attr:`RequestInputs.item_rows`), else those parsed from it."""
+        blocks = inputs.item_rows if inputs.item_rows is not None else self.prompt_blocks(inputs)
+        return self.one_stream(blocks, inputs.length, segments=segments, layout=layout)
 
     def one_stream(
         self, blocks: Blocks | ItemBlocks | list[BlockRow], length: int, *, segments: bool, layout: bool
@@ -566,7 +489,8 @@ class Family:
         return self.parse(inputs)
 
     def check_extra_inputs(self, inputs: Mapping[str, Any]) -> None:
-        """Refuse keyword inputs the family does not use (accepted-but-ignored arguments hide bugs)."""
+        """Refuse inputs the family does not take (accepted-but-ignored arguments hide bugs), naming the
+        model types that take them: the families that state them in their :attr:`extra_inputs`."""
         unknown = sorted(set(inputs) - set(self.extra_inputs)) if inputs else None
         if unknown:
             owners = sorted(
@@ -575,10 +499,6 @@ class Family:
             takes = (
                 f"it takes {', '.join(self.extra_inputs)}"
                 if self.extra_inputs
-                else "only the Omni families do"
-                if set(unknown) <= {"audio_seqlens", "use_audio_in_video"}
-                else "only GLM-Image does"
-                if unknown == ["images_per_sample"]
                 else f"only for {', '.join(owners)}"
                 if owners
                 else "no family does"

@@ -42,6 +42,7 @@ from ..core.place import VIDEO_TIMES, ItemBlocks, frame_times, time_interval
 from ..core.segments import SegmentBuilder
 from ._base import Family
 from .inputs import ArrayLike, RequestInputs
+from .layout import Draft, Piece, PromptLayout, Run, count
 from .qwen2_vl import video_by_placeholder
 
 IMAGE, VIDEO, AUDIO, AUDIO_IN_VIDEO = 0, 1, 2, 3
@@ -61,6 +62,44 @@ class Items:
     num_audio: np.ndarray  # audio placeholders
 
 
+class OmniLayout(PromptLayout):
+    """The Omni thinkers': images and videos as Qwen2-VL's; an audio ``audio_start, audio pads,
+    audio_end``; a video with its audio (``use_audio_in_video``) ``vision_start, audio_start, video pads,
+    audio pads, audio_end, vision_end`` (its part gives the audio's feature frames, ``"audio"``)."""
+
+    name = "omni"
+    takes_audio = True
+
+    def audio(self, draft: Draft, seqlen: int) -> list[Run]:
+        pads = audio_pads(draft.family, seqlen)
+        return draft.block(
+            draft.settings["audio_token_id"], pads, "audio_start_token_id", "audio_end_token_id"
+        )
+
+    def video(self, draft: Draft, grid: list[int], stamps: Any, part: dict[str, Any], where: str) -> Piece:
+        if not draft.use_audio_in_video:
+            return super().video(draft, grid, stamps, part, where)
+        if "audio" not in part:
+            raise MRopeError(f"{where}: use_audio_in_video: the video needs its 'audio' (feature frames)")
+        draft.audios.append(count(part["audio"], f"{where} audio"))
+        plane = grid[1] * grid[2] // draft.merge**2
+        return Piece(
+            runs=[
+                (draft.marker("vision_start_token_id"), 1),
+                (draft.marker("audio_start_token_id"), 1),
+                (draft.settings["video_token_id"], grid[0] * plane),
+                (draft.settings["audio_token_id"], audio_pads(draft.family, draft.audios[-1])),
+                (draft.marker("audio_end_token_id"), 1),
+                (draft.marker("vision_end_token_id"), 1),
+            ]
+        )
+
+
+def audio_pads(family: Any, seqlen: int) -> int:
+    """Placeholder tokens of an audio of ``seqlen`` feature frames (the Omni family's own count)."""
+    return int(family.audio_tokens(np.array([seqlen], dtype=object))[0])  # Python ints: no overflow
+
+
 @dataclass(eq=False, repr=False, kw_only=True)
 class OmniFamily(Family):
     """Shared settings, audio inputs and parsing of the Omni thinkers; subclasses lay out the items."""
@@ -73,7 +112,7 @@ class OmniFamily(Family):
     spatial_merge_size: int
     position_id_per_seconds: int | float
     extra_inputs = ("audio_seqlens", "use_audio_in_video")
-    prompt_layout = "omni"
+    prompt_layout = OmniLayout()
     takes_offsets = False
     uses_second_per_grid_ts = True
     # Qwen2.5-Omni's to_dict() names the ids *_token_index
@@ -92,6 +131,16 @@ class OmniFamily(Family):
         """Whether the family computes vLLM's positions (``compat="vllm", video_time="float64"``, see the
         module docstring) rather than transformers'."""
         return self.compat == "vllm" and self.video_time == "float64"
+
+    def vllm_difference(self) -> str | None:
+        """Transformers' rule (every setting but vLLM's: :attr:`vllm_rule`) is not vLLM's."""
+        if self.vllm_rule:
+            return None
+        return (
+            f"{self.model_type} computes transformers' Omni rule (compat={self.compat!r}, "
+            f"video_time={self.video_time!r}); vLLM's is compat='vllm', video_time='float64' "
+            "(VLLM_SETTINGS)"
+        )
 
     @classmethod
     def read_settings(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -335,10 +384,8 @@ class OmniFamily(Family):
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray, bool]:
-        if use_audio_in_video is None:
-            use_audio_in_video = False
-        if not isinstance(use_audio_in_video, (bool, np.bool_)):
-            raise MRopeError(f"use_audio_in_video must be a bool, got {use_audio_in_video!r}")
+        """The audios' placeholder tokens, and whether videos carry their audio (a bool or None, as
+        :class:`MultimodalInputs` checked it)."""
         return self.check_audio_seqlens(audio_seqlens), bool(use_audio_in_video)
 
     def parse(self, inputs: RequestInputs) -> ItemBlocks:

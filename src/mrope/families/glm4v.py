@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -11,6 +12,29 @@ from ..core import BlockRow, Blocks, ItemBlocks
 from ._base import Family, as_ids
 from ._items import check_video_offsets, frames_at, items_at, merge_items, split_frames, vision_blocks
 from .inputs import RequestInputs, sort_order
+from .layout import Draft, Piece, PromptLayout
+
+
+class GlmLayout(PromptLayout):
+    """GLM-4.1V's and its kin's: an image ``image_start, image pads, image_end``; a video
+    ``video_start``, then per frame an image block and its timestamp, then ``video_end``."""
+
+    name = "glm"
+    image_marks = ("image_start_token_id", "image_end_token_id")
+
+    def video(self, draft: Draft, grid: list[int], stamps: Any, part: dict[str, Any], where: str) -> Piece:
+        plane = grid[1] * grid[2] // draft.merge**2
+        return Piece(
+            runs=[(draft.marker("video_start_token_id"), 1)],
+            frames=grid[0],
+            frame=draft.block(draft.settings["image_token_id"], plane, *self.image_marks),
+            stamps=stamps,
+            stamp_first=False,
+            after=[(draft.marker("video_end_token_id"), 1)],
+        )
+
+
+GLM = GlmLayout()
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -18,7 +42,7 @@ class Glm4V(Family):
     model_types = ("glm4v", "glm4v_moe")
     video_frames_in_prompt = True
     default_mrope_sections = {"glm4v_text": (8, 12, 12), "glm4v_moe_text": (8, 12, 12)}
-    prompt_layout = "glm"
+    prompt_layout = GLM
     default_markers = {"image_start_token_id": 151339, "image_end_token_id": 151340}
 
     image_token_id: int

@@ -25,6 +25,7 @@ patch serves it, setting the model's decode cache at prefill from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,6 +38,7 @@ from ..core.place import LARGEST_POSITION
 from ._base import Family
 from ._grids import check_grids
 from ._seconds import check_second_per_grid_ts
+from .glm4v import GLM
 from .inputs import ArrayLike, RequestInputs, Seconds
 
 _NO_VIDEOS = np.zeros((0, 3), dtype=np.int64)
@@ -46,7 +48,7 @@ _NO_VIDEOS = np.zeros((0, 3), dtype=np.int64)
 class GlmImage(Family):
     model_types = ("glm_image",)
     takes_offsets = False
-    prompt_layout = "glm"  # the source images; the target grids and the generation's start are the caller's
+    prompt_layout = GLM  # the source images; the target grids and the generation's start are the caller's
     extra_inputs = ("images_per_sample",)
     decode_follows_index = False
     default_mrope_sections = {"glm_image_text": (8, 12, 12)}
@@ -62,36 +64,26 @@ class GlmImage(Family):
     def no_offsets_message(self) -> str:
         return f"{self.model_type} finds its images between their markers in input_ids: it takes no offsets"
 
-    def request_inputs(  # type: ignore[override]
-        self,
-        input_ids: ArrayLike,
-        *args: Any,
-        images_per_sample: ArrayLike | None = None,
-        row_starts: np.ndarray | None = None,
-        row_lengths: np.ndarray | None = None,
-        **kwargs: Any,
-    ) -> RequestInputs:
-        """The shared checks, and the grids of each row: ``images_per_sample`` (one count per row,
-        summing to the grids), needed by a batch of several rows with grids."""
-        inputs = super().request_inputs(
-            input_ids, *args, row_starts=row_starts, row_lengths=row_lengths, **kwargs
-        )
-        rows = inputs.rows()[0].size
-        grids = len(inputs.images)
+    def read_extra_inputs(self, checked: RequestInputs, extra: Mapping[str, Any]) -> RequestInputs:
+        """The grids of each row: ``images_per_sample`` (one count per row, summing to the grids), needed
+        by a batch of several rows with grids."""
+        rows = checked.rows()[0].size
+        grids = len(checked.images)
+        images_per_sample = extra.get("images_per_sample")
         if images_per_sample is None:
             if rows > 1 and grids:
                 raise MRopeError(
                     f"{self.model_type}: a batch of {rows} rows with image_grid_thw needs images_per_sample "
                     "(the grids of each row, as the processor gives them)"
                 )
-            return inputs._replace(images_per_row=np.full(rows, grids, dtype=np.int64))
+            return checked._replace(images_per_row=np.full(rows, grids, dtype=np.int64))
         counts = to_int_array(images_per_sample, name="images_per_sample", ndim=1)
         if counts.size != rows or (counts < 0).any() or int(counts.sum()) != grids:
             raise MRopeError(
                 f"images_per_sample = {counts.tolist()}: expected {rows} counts >= 0 (one per row) summing "
                 f"to the {grids} grids of image_grid_thw"
             )
-        return inputs._replace(images_per_row=counts)
+        return checked._replace(images_per_row=counts)
 
     def check_vision_inputs(
         self, image_grid_thw: Any, video_grid_thw: Any, second_per_grid_ts: Any, length: int
@@ -217,7 +209,7 @@ class GlmImage(Family):
             grid, markers that do not alternate); tokens to generate that would reach past the largest
             position (2**31 - 1).
         """
-        inputs = self.request_inputs(input_ids, image_grid_thw)
+        inputs = self.request_inputs(input_ids, image_grid_thw=image_grid_thw)
         # the prompt's checks first, grids or not: what positions() refuses is refused here the same way
         blocks, _, complete = self.complete_images(inputs)
         if not len(inputs.images):
@@ -258,7 +250,7 @@ class GlmImage(Family):
         starts = np.arange(rows, dtype=np.int64) * length
         inputs = self.request_inputs(
             ids.reshape(-1),
-            image_grid_thw,
+            image_grid_thw=image_grid_thw,
             images_per_sample=images_per_sample,
             row_starts=starts,
             row_lengths=np.full(rows, length, dtype=np.int64),

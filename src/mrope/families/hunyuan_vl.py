@@ -31,16 +31,30 @@ from ..core.rows import check_num_dims
 from ._base import Family
 from ._grids import check_newline_tokens, newline_tokens
 from .inputs import RequestInputs, Seconds
+from .layout import Draft, PromptLayout, Run, newline_pads
 
 #: the config fields of the tokens around an image's run in the processor's prompt
 MARKER_FIELDS = {"image_start_token_id": "im_start_id", "image_end_token_id": "im_end_id"}
+
+
+class HunyuanLayout(PromptLayout):
+    """HunYuan-VL's: images only, ``image_start, pads, image_end`` with ``H' * (W' + 1)`` pads plus the
+    run's first and last image tokens (:attr:`HunYuanVL.run_extra_tokens`)."""
+
+    name = "hunyuan"
+    image_marks = ("image_start_token_id", "image_end_token_id")
+    takes_videos = False
+
+    def image(self, draft: Draft, grid: list[int]) -> list[Run]:
+        pads = newline_pads(grid, draft.merge) + HunYuanVL.run_extra_tokens
+        return draft.block(draft.settings["image_token_id"], pads, *self.image_marks)
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class HunYuanVL(Family):
     model_types = ("hunyuan_vl",)
     takes_offsets = False
-    prompt_layout = "hunyuan"
+    prompt_layout = HunyuanLayout()
     rotary_layout = "hunyuan"
     default_markers = {"image_start_token_id": 120118, "image_end_token_id": 120119}
     #: image tokens of a run beyond its grid's (the processor's ``cat_extra_token``: its first and last,

@@ -21,13 +21,27 @@ from ..core.workspace import workspace
 from ._base import Family
 from ._grids import check_newline_tokens, merge_divisor, newline_tokens
 from .inputs import RequestInputs, Seconds
+from .layout import Draft, Piece, PromptLayout, Run, newline_pads
+
+
+class NewlineLayout(PromptLayout):
+    """HY-V4-VL's: pads only, ``T * H' * (W' + 1)`` of them (a newline token, the item's pad, ends each
+    merged row): image pads for an image, video pads for a video; its config names no markers."""
+
+    name = "newline"
+
+    def image(self, draft: Draft, grid: list[int]) -> list[Run]:
+        return [(draft.settings["image_token_id"], newline_pads(grid, draft.merge))]
+
+    def video(self, draft: Draft, grid: list[int], stamps: Any, part: dict[str, Any], where: str) -> Piece:
+        return Piece(runs=[(draft.settings["video_token_id"], newline_pads(grid, draft.merge))])
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class HYV4VL(Family):
     model_types = ("hy_v4_vl",)
     takes_offsets = False
-    prompt_layout = "newline"
+    prompt_layout = NewlineLayout()
     rotary_layout = "interleaved"
     rotary_is_neox_style = False  # rotates GPT-J pairs
     default_mrope_sections = {"hy_v4_vl_text": (12, 10, 10)}

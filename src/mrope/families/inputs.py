@@ -1,15 +1,21 @@
-"""The inputs of one call, checked once at the API boundary and passed through the pipeline as one object.
+"""The inputs of one call: as the caller gives them, one object; checked once; passed on as one object.
 
-:meth:`mrope.families.Family.request_inputs` builds a :class:`RequestInputs` from what the caller gave
-(``input_ids`` and the grids as lists, numpy arrays or torch tensors; offsets; Omni audio inputs): every
-check on the inputs is made there, once, and each later step (parse, place, render) reads the checked
-arrays from it.
+:class:`MultimodalInputs` holds what a caller gives beside ``input_ids`` (the grids as lists, numpy arrays
+or torch tensors; seconds; offsets; Omni audio inputs; items; a family's own inputs), unchecked but for
+the kind of each field: every public call (:meth:`mrope.Family.positions`, :meth:`mrope.Family.segments`,
+:meth:`mrope.PositionTable.add`, :func:`mrope.get_rope_index`, :func:`mrope.show`) takes it, or its
+fields as keywords (:meth:`MultimodalInputs.gather`), and passes that one object on.
+:meth:`mrope.families.Family.request_inputs` checks it against the prompt and the family into a
+:class:`RequestInputs`: every rule on the values is checked there, once, and each later step (parse,
+place, render) reads the checked arrays from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -18,6 +24,8 @@ from .._errors import MRopeError
 
 if TYPE_CHECKING:
     import torch
+
+    from ..core import BlockRow
 
     #: what the public API accepts for an array: a (nested) list of numbers, a numpy array, a torch tensor
     ArrayLike: TypeAlias = np.ndarray | torch.Tensor | list[Any] | tuple[Any, ...]
@@ -70,6 +78,10 @@ class RequestInputs(NamedTuple):
     #: MiniCPM-V 4.7: the spatial merge of the call's ``downsample_mode`` (its crops' grids are ``images``
     #: and ``videos`` as (1, H, W)); None elsewhere
     merge: int | None = None
+    #: one prompt given as items, placed by its family's rule on items (:meth:`Family.from_items`): its
+    #: blocks, which the prompt's render reads in place of a parse (``images`` and ``videos`` are then
+    #: empty: the items' grids are in the blocks); None: the prompt is parsed
+    item_rows: list[BlockRow] | None = None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """``(row_starts, row_lengths)`` of the stream (int64 arrays)."""
@@ -111,6 +123,212 @@ class PromptItem(NamedTuple):
     #: (under ``compat="transformers"`` the dtype of a video's time arithmetic, as ``second_per_grid_ts``'s
     #: is); None: not given (1 second)
     seconds: Any = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MultimodalInputs:
+    """What a caller gives beside ``input_ids``, as one object: every public call takes it (``inputs``,
+    the argument after ``input_ids``) or its fields as keywords, and passes this one object on.
+
+    Each field is checked for its kind when the object is made (an array is not a string, a mapping or a
+    set; ``use_audio_in_video`` is a bool; ``extra`` maps names to values; ``items`` is an ordered
+    collection and replaces the grids, seconds and offsets); the values' rules (grids against the prompt,
+    offsets at their placeholders, a family that takes the input) are checked by the family that reads
+    them (:meth:`mrope.families.Family.request_inputs`). Immutable; None (the default) means not given.
+
+    Attributes
+    ----------
+    image_grid_thw, video_grid_thw : (num_items, 3) (T, H, W) before merging, optional
+    second_per_grid_ts : (num_videos,) seconds per temporal grid step (families that scale time;
+        transformers' Omni code calls it ``second_per_grids``). Qwen2.5-VL under
+        ``compat="transformers"`` computes its time in their dtype, as transformers does: a torch
+        tensor's or numpy array's (bfloat16, float16, float32, float64; integers stay integers), a
+        list of floats as float32 (what ``torch.tensor`` makes of it); under ``compat="vllm"`` in
+        the family's ``video_time`` from their values, whatever the dtype
+        (:mod:`mrope.families.qwen2_5_vl`). The Omni families read them as float32.
+    image_offsets, video_offsets : (num_items,) int, optional; one prompt only
+        Where each item lies in ``input_ids``, as an engine's processor recorded it (vLLM:
+        ``mm_feature.mm_position.offset``, see ``mrope.integrations.vllm.features``).
+        Given for a modality (an empty list meaning "none"), its items are taken from the offsets
+        and the prompt is not scanned for its placeholders: item ``i`` pairs with grid ``i`` (the
+        items in any order: they are taken in prompt order) and must not overlap another item; its
+        first and last placeholder tokens are checked. For
+        ``image_offsets`` and, in families whose video is one block (Qwen2-VL, Qwen2.5-VL,
+        PaddleOCR-VL, Ernie-4.5-VL), ``video_offsets``: the index of the item's first placeholder
+        token. Families that split a video into frames separated by timestamp text (Qwen3-VL and its
+        kin, GLM-4.1V and its kin) find the frames in ``input_ids``, in prompt order;
+        ``video_offsets[i]`` is where video ``i``'s placeholder range starts (at or before its first
+        frame), the videos in prompt order (offsets out of order are refused, naming them), and it
+        is checked that each video's frames lie between its offset and the next one. The Omni
+        families do not take offsets. With both offsets given, a list ``input_ids`` is never
+        converted to an array (but where a frame family must find its frames: give
+        ``frame_offsets``).
+    audio_seqlens : (num_audios,) audio feature lengths, in prompt order (Omni families only)
+    use_audio_in_video : bool, whether every video carries its audio interleaved (Omni only)
+    frame_offsets : (num_frames,) int, optional, with ``video_offsets``; frame families only (Qwen3-VL,
+        GLM-4.1V and their kin): where each video frame's placeholder tokens start, every video's
+        frames in order (vLLM: the runs of ``mm_position.is_embed``; out of order, refused). The frames
+        are then taken from them, not found in the prompt; each frame's first and last tokens are
+        checked.
+    items : list of :class:`PromptItem`, optional; one prompt only, in place of the grids, seconds and
+        offsets: each image and video as ``(modality, offset, (T, H, W), seconds)`` in Python values, as
+        an engine's per-item records hold them (:func:`split_items` says what each must be). They mean
+        what the same values as arrays mean and are checked as those are (a video's seconds as a tensor
+        or numpy value keep its dtype, seconds of mixed dtypes are refused); a family with a rule on
+        items (:attr:`mrope.Family.rule_on_items`: Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL) checks and places
+        a few of them without building an array (a serving engine's admission), the others convert
+        them. Another iterable than a list or tuple is read into a list once.
+    extra : mapping of str to value, optional: the inputs of a family that takes others than these (its
+        :attr:`mrope.Family.extra_inputs`: GLM-Image's ``images_per_sample``, MiniCPM-V 4.7's
+        ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``); every other family refuses
+        them. As keywords they are given by their own names; a None value is not given.
+
+    Examples
+    --------
+    >>> inputs = MultimodalInputs(image_grid_thw=[[1, 4, 4]])
+    >>> inputs.given()
+    ('image_grid_thw',)
+    """
+
+    image_grid_thw: ArrayLike | None = None
+    video_grid_thw: ArrayLike | None = None
+    second_per_grid_ts: ArrayLike | None = None
+    image_offsets: ArrayLike | None = None
+    video_offsets: ArrayLike | None = None
+    audio_seqlens: ArrayLike | None = None
+    use_audio_in_video: bool | None = None
+    frame_offsets: ArrayLike | None = None
+    items: Sequence[PromptItem] | None = None
+    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+
+    #: the fields that hold arrays (checked for their kind: not a string, a mapping or a set)
+    ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "image_grid_thw",
+        "video_grid_thw",
+        "second_per_grid_ts",
+        "image_offsets",
+        "video_offsets",
+        "audio_seqlens",
+        "frame_offsets",
+    )
+
+    def __post_init__(self) -> None:
+        arrays = (
+            self.image_grid_thw,
+            self.video_grid_thw,
+            self.second_per_grid_ts,
+            self.image_offsets,
+            self.video_offsets,
+            self.audio_seqlens,
+            self.frame_offsets,
+        )
+        some_array = False
+        for name, value in zip(self.ARRAY_FIELDS, arrays, strict=True):
+            if value is not None:
+                some_array = True
+                if type(value) not in _PLAIN_ARRAYS and isinstance(value, _NOT_ARRAYS):
+                    raise MRopeError(
+                        f"{name} must be an array, a tensor or a list of numbers, got "
+                        f"{type(value).__name__} {value!r:.80}"
+                    )
+        given = self.use_audio_in_video
+        if given is not None and not isinstance(given, (bool, np.bool_)):
+            raise MRopeError(f"use_audio_in_video must be a bool, got {given!r}")
+        if self.items is not None:
+            object.__setattr__(self, "items", item_list(self.items))
+            if some_array or given is not None or self.extra:
+                others = [name for name in self.given() if name != "items"]
+                raise MRopeError(
+                    "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio or "
+                    f"family inputs): give one or the other, got items and {', '.join(others)}"
+                )
+        if self.extra:
+            object.__setattr__(self, "extra", _checked_extra(self.extra))
+
+    @classmethod
+    def gather(cls, inputs: MultimodalInputs | None, keywords: Mapping[str, Any]) -> MultimodalInputs:
+        """The one inputs object of a call that takes ``inputs`` or the same as ``keywords`` (the fields by
+        their names, a family's own inputs by theirs, into :attr:`extra`): ``inputs`` itself where no
+        keyword is given. Both, or an ``inputs`` of another type, are refused by name."""
+        if not keywords:
+            if type(inputs) is cls:
+                return inputs
+            if inputs is None:
+                return _NOTHING
+        if inputs is not None:
+            if not isinstance(inputs, cls):
+                raise MRopeError(
+                    f"inputs must be a mrope.MultimodalInputs (or its fields given as keywords), got "
+                    f"{type(inputs).__name__}"
+                )
+            if keywords:
+                raise MRopeError(
+                    f"give the inputs as one MultimodalInputs or as keywords, not both: got inputs and "
+                    f"{', '.join(keywords)}"
+                )
+            return inputs
+        if keywords.keys() <= _FIELDS:
+            return cls(**keywords)
+        named: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for name, value in keywords.items():
+            if name in _FIELDS:
+                named[name] = value
+            else:
+                extra[name] = value
+        if extra:
+            if "extra" in named:
+                raise MRopeError(
+                    f"give a family's own inputs in extra or as keywords, not both: got extra and "
+                    f"{', '.join(extra)}"
+                )
+            named["extra"] = extra
+        return cls(**named)
+
+    def given(self) -> tuple[str, ...]:
+        """The names of the inputs given (not None), fields in order, then the keys of :attr:`extra`."""
+        named = tuple(name for name in _FIELDS if name != "extra" and getattr(self, name) is not None)
+        return named + tuple(self.extra)
+
+    def family_inputs(self) -> dict[str, Any]:
+        """The inputs given that only some families take, by name: the audio inputs (the Omni families'),
+        and :attr:`extra`."""
+        found = dict(self.extra)
+        if self.audio_seqlens is not None:
+            found["audio_seqlens"] = self.audio_seqlens
+        if self.use_audio_in_video is not None:
+            found["use_audio_in_video"] = self.use_audio_in_video
+        return found
+
+    def as_arrays(self) -> MultimodalInputs:
+        """The same inputs with :attr:`items` given as the arrays and offsets they say
+        (:func:`items_as_inputs`); itself where no items are given."""
+        if self.items is None:
+            return self
+        return MultimodalInputs(**items_as_inputs(self.items))
+
+
+#: what an array input is never (a string holds no numbers; a mapping or a set has no order)
+_NOT_ARRAYS = (str, bytes, Mapping, Set, bool)
+_PLAIN_ARRAYS = frozenset((list, tuple, np.ndarray))  # (what is given most: no subclass check needed)
+
+
+def _checked_extra(extra: Any) -> Mapping[str, Any]:
+    """A family's own inputs given (None values dropped), read-only: names that are strings and not a
+    field of :class:`MultimodalInputs` (a field is given as itself)."""
+    if not isinstance(extra, Mapping):
+        raise MRopeError(f"extra must be a mapping of input names to values, got {type(extra).__name__}")
+    for name in extra:
+        if not isinstance(name, str):
+            raise MRopeError(f"extra's input names must be strings, got {name!r}")
+        if name in _FIELDS:
+            raise MRopeError(f"{name} is a field of MultimodalInputs: give it as {name}=, not in extra")
+    return MappingProxyType({name: value for name, value in extra.items() if value is not None})
+
+
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
+_FIELDS = frozenset(f.name for f in fields(MultimodalInputs))
+_NOTHING = MultimodalInputs()  # no inputs given (shared: immutable)
 
 
 class SplitItems(NamedTuple):

@@ -31,6 +31,7 @@ The token types are read from the ids (``mm_token_type_ids`` is not needed); ``d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -117,23 +118,14 @@ class MiniCPMV4_7(Family):
     def no_offsets_message(self) -> str:
         return f"{self.model_type} finds its crops in input_ids: it takes no offsets"
 
-    def request_inputs(  # type: ignore[override]
-        self,
-        input_ids: ArrayLike,
-        *args: Any,
-        target_sizes: ArrayLike | None = None,
-        target_sizes_videos: ArrayLike | None = None,
-        downsample_mode: str | None = None,
-        **kwargs: Any,
-    ) -> RequestInputs:
-        """The shared checks, then the crops' ``(H, W)`` patch grids (as ``(1, H, W)`` images and videos)
-        and the merge of ``downsample_mode`` (None: the family's)."""
-        inputs = super().request_inputs(input_ids, *args, **kwargs)
-        mode = self.downsample_mode if downsample_mode is None else downsample_mode
+    def read_extra_inputs(self, checked: RequestInputs, extra: Mapping[str, Any]) -> RequestInputs:
+        """The crops' ``(H, W)`` patch grids (``target_sizes``, ``target_sizes_videos``: as ``(1, H, W)``
+        images and videos) and the merge of ``downsample_mode`` (not given: the family's)."""
+        mode = extra.get("downsample_mode", self.downsample_mode)
         check_setting(self.model_type, "downsample_mode", mode)
-        images = self.crop_sizes(target_sizes, "target_sizes")
-        videos = self.crop_sizes(target_sizes_videos, "target_sizes_videos")
-        return inputs._replace(images=images, videos=videos, merge=MERGES[mode])
+        images = self.crop_sizes(extra.get("target_sizes"), "target_sizes")
+        videos = self.crop_sizes(extra.get("target_sizes_videos"), "target_sizes_videos")
+        return checked._replace(images=images, videos=videos, merge=MERGES[mode])
 
     @staticmethod
     def crop_sizes(sizes: ArrayLike | None, name: str) -> np.ndarray:

@@ -20,13 +20,14 @@ from ._grids import grid_tokens, raise_too_many_tokens
 from ._locate import AtOffsets, Locator, OnePrompt, StreamScan
 from ._seconds import check_seconds, seconds_refused
 from .inputs import RequestInputs, Seconds, SplitItems
+from .layout import WHOLE, PromptLayout
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
 class Qwen2VL(Family):
     model_types: ClassVar[tuple[str, ...]] = ("qwen2_vl",)
     default_mrope_sections: ClassVar[dict[str, tuple[int, int, int]]] = {"qwen2_vl_text": (16, 24, 24)}
-    prompt_layout: ClassVar[str | None] = "whole"
+    prompt_layout: ClassVar[PromptLayout | None] = WHOLE
     default_markers: ClassVar[dict[str, int]] = {
         "vision_start_token_id": 151652,
         "vision_end_token_id": 151653,
@@ -45,6 +46,20 @@ class Qwen2VL(Family):
         super().__init_subclass__(**kwargs)
         cls.rule_on_items = not cls.video_frames_in_prompt and all(
             getattr(cls, hook) is getattr(Qwen2VL, hook) for hook in _ITEM_PATH_HOOKS
+        )
+
+    def vllm_difference(self) -> str | None:
+        """vLLM scales Qwen2-VL's video time (its own model's, not its kin's) by
+        ``vision_config.tokens_per_second`` when a config has it; this rule does not."""
+        if self.model_type not in Qwen2VL.model_types:
+            return None
+        vision = self.config.get("vision_config") or {}
+        factor = vision.get("tokens_per_second", 1.0)
+        if factor == 1.0:
+            return None
+        return (
+            f"vLLM 0.32 scales {self.model_type} video time by vision_config.tokens_per_second = {factor}, "
+            "which the Qwen2-VL rule does not"
         )
 
     def is_video_block(self, ids: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
@@ -137,6 +152,7 @@ _KEPT_STEPS = 256  # the videos' time steps :meth:`Qwen2VL.item_rows` keeps, by 
 #: the hooks whose rule :meth:`Qwen2VL.item_rows` follows on Python values
 _ITEM_PATH_HOOKS = (
     "request_inputs",
+    "read_extra_inputs",
     "check_vision_inputs",
     "prompt_blocks",
     "vision_blocks",

@@ -37,7 +37,7 @@ from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
 from ..core.rows import PLAIN_ROWS, SegmentRows, check_num_dims
-from ..families import Family
+from ..families import Family, MultimodalInputs
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
@@ -335,18 +335,10 @@ class PositionTable:
         slot: int,
         family: Any,
         input_ids: Any,
+        inputs: MultimodalInputs | None = None,
         *,
-        image_grid_thw: Any = None,
-        video_grid_thw: Any = None,
-        second_per_grid_ts: Any = None,
-        image_offsets: Any = None,
-        video_offsets: Any = None,
-        audio_seqlens: Any = None,
-        use_audio_in_video: bool | None = None,
-        frame_offsets: Any = None,
-        items: Any = None,
         replace: bool = False,
-        **extra_inputs: Any,
+        **keywords: Any,
     ) -> None:
         """Register the request in ``slot`` from its prompt (or, after preemption, prompt + generated).
 
@@ -355,25 +347,14 @@ class PositionTable:
         slot : int, in ``[0, max_requests)``, free unless ``replace`` (the engine's slot of the request)
         family : a family from :func:`mrope.from_config`
         input_ids : shape (L,), integer; list, numpy or torch
-        image_grid_thw, video_grid_thw : (num_items, 3), optional
-        second_per_grid_ts : (num_videos,), optional
-        image_offsets, video_offsets : (num_items,) int, optional; where each item lies in
-            ``input_ids`` (vLLM: ``mm_feature.mm_position.offset``), so that the prompt is not scanned
-            for it (see :meth:`Family.positions`); not for the Omni families
-        audio_seqlens : (num_audios,), optional; Omni families only
-        use_audio_in_video : bool, optional; Omni families only
-        frame_offsets : (num_frames,) int, optional; frame families only (Qwen3-VL, GLM-4.1V): where
-            each video frame's placeholders start (see :meth:`Family.positions`), so that nothing
-            scans the prompt for them
-        items : list of :class:`mrope.families.PromptItem`, optional; in place of the grids, seconds and
-            offsets (see :meth:`Family.positions`): an engine's per-item records, taken without array
-            conversions
+        inputs : :class:`mrope.MultimodalInputs`, optional, or its fields as keywords (``**keywords``), as
+            :meth:`Family.positions` takes them: the grids, seconds, audio inputs, the offsets (vLLM:
+            ``mm_feature.mm_position.offset``) and ``frame_offsets`` with which the prompt is not
+            scanned for its items, or the items (an engine's per-item records, taken without array
+            conversions), and the family's own inputs
         replace : bool; True: a request ``slot`` holds is replaced in the same call, in the slot's pool
-            entries where the new one fits them (an engine that overwrites a slot at admission, as vLLM's
-            V2 runner does); a refused call leaves it in place
-        **extra_inputs : the family's own inputs (``family.extra_inputs``: MiniCPM-V 4.7's
-            ``target_sizes``, ``target_sizes_videos``, ``downsample_mode``), as :meth:`Family.positions`
-            takes them
+            entries where the new one fits them (an engine that overwrites a slot at admission, as
+            vLLM's V2 runner does); a refused call leaves it in place
 
         Raises
         ------
@@ -397,20 +378,8 @@ class PositionTable:
         rows = family.segment_rows
         if rows is not self._family_rows:
             self._check_rows(rows, family.model_type)
-        segments, delta = family.segments(
-            input_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-            image_offsets=image_offsets,
-            video_offsets=video_offsets,
-            audio_seqlens=audio_seqlens,
-            use_audio_in_video=use_audio_in_video,
-            frame_offsets=frame_offsets,
-            items=items,
-            layout=not self._floats,
-            **extra_inputs,
-        )
+        given = MultimodalInputs.gather(inputs, keywords)
+        segments, delta = family.segments(input_ids, given, layout=not self._floats)
         if type(segments) is OneRowLayout:  # a few blocks: written straight into the pool
             length = segments.length
             if length:

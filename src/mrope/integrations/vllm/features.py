@@ -56,6 +56,9 @@ from ...families.inputs import PromptItem
 #: (``int64(k * (second_per_grid_ts * tokens_per_second))``, Qwen2.5-VL); for the Omni thinkers, vLLM's
 #: whole rule (integer positions, its interleaving of a video with its audio: :mod:`mrope.families._omni`)
 VLLM_SETTINGS: dict[str, Any] = {"compat": "vllm", "video_time": "float64"}
+#: the inputs beyond the grids and offsets that admission reads from vLLM's mm_features (an Omni
+#: thinker's audio, :func:`omni_inputs`); a family that takes others is left to positions mode
+ADMISSION_READS = ("audio_seqlens", "use_audio_in_video")
 
 
 @functools.lru_cache(maxsize=64)  # per family object (settings do not change): admission asks each time
@@ -70,26 +73,13 @@ def unsupported_reason(family: Family) -> str | None:
             f"{family.model_type}: the tokens generated after the prompt do not take index + delta (they "
             "take family.generation_positions()): mrope's vLLM integration serves index + delta"
         )
-    if family.extra_inputs and not getattr(family, "vllm_rule", False):
-        if "audio_seqlens" not in family.extra_inputs:  # (MiniCPM-V 4.7's crop sizes)
-            return (
-                f"{family.model_type} takes {', '.join(family.extra_inputs)}, which the plugin's admission "
-                "does not read from vLLM's mm_features"
-            )
-        return (  # an Omni thinker under transformers' rule
-            f"{family.model_type} computes transformers' Omni rule (compat={family.compat!r}, "
-            f"video_time={family.video_time!r}); vLLM's is compat='vllm', video_time='float64' "
-            "(VLLM_SETTINGS)"
+    unread = [name for name in family.extra_inputs if name not in ADMISSION_READS]
+    if unread:  # (MiniCPM-V 4.7's crop sizes)
+        return (
+            f"{family.model_type} takes {', '.join(family.extra_inputs)}, which the plugin's admission "
+            "does not read from vLLM's mm_features"
         )
-    if family.model_type == "qwen2_vl":  # vLLM scales Qwen2-VL's video time by this, when a config has it
-        vision = family.config.get("vision_config") or {}
-        factor = vision.get("tokens_per_second", 1.0)
-        if factor != 1.0:
-            return (
-                f"vLLM 0.32 scales qwen2_vl video time by vision_config.tokens_per_second = {factor}, "
-                "which the Qwen2-VL rule does not"
-            )
-    return None
+    return family.vllm_difference()
 
 
 def inputs_from_mm_features(family: Family, mm_features: Sequence[Any]) -> dict[str, Any]:
