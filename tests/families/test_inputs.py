@@ -5,6 +5,8 @@ wrong kind, both forms at once, or another type than the object are refused by n
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import numpy as np
@@ -125,6 +127,53 @@ def test_items_as_the_object_and_as_a_keyword():
         family.segments(prompt.input_ids, MultimodalInputs(items=items), layout=True),
         family.segments(prompt.input_ids, items=items, layout=True),
     )
+
+
+def test_no_items_are_a_text_prompt():
+    """No items (an engine's text-only request): no blocks, the prompt's text positions, on the rule on
+    items and as the arrays (a family without that rule); the prompt is not scanned, as with offsets
+    that say no items."""
+    family, prompt, _ = _qwen2_5_prompt()
+    ids = [7] * 9
+    placed = family.from_items(ids, MultimodalInputs(items=[]))
+    assert placed.item_rows == [] and placed.ids == ids
+    for got in (family.positions(ids, items=[]), family_of("qwen3_vl").positions(ids, items=())):
+        np.testing.assert_array_equal(got[0], np.tile(np.arange(9), (3, 1)), strict=False)
+        assert got[1] == 0
+    as_offsets = family.positions(prompt.input_ids, image_offsets=[], video_offsets=[])  # (not scanned)
+    got = family.positions(prompt.input_ids, items=[])
+    np.testing.assert_array_equal(got[0], as_offsets[0], strict=True)
+    assert got[1] == as_offsets[1]
+
+
+def test_the_object_pickles_and_copies_as_its_fields():
+    family, prompt, items = _qwen2_5_prompt()
+    given = MultimodalInputs(image_grid_thw=prompt.image_grid_thw, extra={"target_sizes": [[2, 2]]})
+    for made in (pickle.loads(pickle.dumps(given)), copy.deepcopy(given), copy.copy(given)):
+        assert type(made) is MultimodalInputs and made.given() == given.given()
+        np.testing.assert_array_equal(made.image_grid_thw, given.image_grid_thw, strict=True)
+        assert dict(made.extra) == {"target_sizes": [[2, 2]]}
+        with pytest.raises(AttributeError):
+            made.items = items
+    nothing = pickle.loads(pickle.dumps(MultimodalInputs()))
+    assert nothing.given() == () and MultimodalInputs().given() == ()  # the shared empty one unchanged
+    with_items = pickle.loads(pickle.dumps(MultimodalInputs(items=items)))
+    np.testing.assert_array_equal(
+        family.positions(prompt.input_ids, with_items)[0], family.positions(prompt.input_ids, items=items)[0]
+    )
+
+
+def test_each_field_is_checked_whatever_comes_with_it():
+    """A field of the wrong kind is refused beside a family's own inputs or items (another check path)
+    too, and items given as another iterable than a list are read once as keywords as well."""
+    family, prompt, items = _qwen2_5_prompt()
+    with pytest.raises(MRopeError, match=r"^video_grid_thw must be an array"):
+        family.positions(prompt.input_ids, target_sizes=[[2, 2]], video_grid_thw="1, 2, 3")
+    with pytest.raises(MRopeError, match=r"^use_audio_in_video must be a bool"):
+        MultimodalInputs(items=items, use_audio_in_video="no")
+    got = family.positions(prompt.input_ids, items=(item for item in items))
+    np.testing.assert_array_equal(got[0], family.positions(prompt.input_ids, items=items)[0], strict=True)
+    assert "image_grid_thw=" in repr(MultimodalInputs(image_grid_thw=prompt.image_grid_thw))
 
 
 def test_from_items_gives_the_checked_inputs_on_both_paths():

@@ -134,6 +134,10 @@ class Family:
     #: rows of positions the family gives (:meth:`positions`: ``(num_dims, L)``): the segment model's
     #: three, (t, h, w), for every family but HunYuan-VL (:attr:`segment_rows`)
     num_dims: ClassVar[int] = 3
+    #: how the family's rows follow from the rendered rows (t, h, w) of its segments: as they are for
+    #: every family but HunYuan-VL (:class:`mrope.core.SegmentRows`; the serving table applies it; a class
+    #: attribute, read at every admission)
+    segment_rows: ClassVar[SegmentRows] = PLAIN_ROWS
     #: whether a token at sequence index ``i >= L`` (past the prompt) has position ``i + delta``, which the
     #: engine integrations serve (False: GLM-Image, whose generated image tokens take positions that
     #: transformers caches at prefill, :mod:`mrope.families.glm_image`: :meth:`segments` covers them, and
@@ -245,12 +249,6 @@ class Family:
         )
 
     # -- the family's rows from the segment model's ------------------------------------------------
-    @property
-    def segment_rows(self) -> SegmentRows:
-        """How the family's rows follow from the rendered rows (t, h, w) of its segments: as they are
-        for every family but HunYuan-VL (:class:`mrope.core.SegmentRows`; the serving table applies it)."""
-        return PLAIN_ROWS
-
     def audio_run_ids(self) -> tuple[int, ...]:
         """The token ids that, outside every vision block, are audio (positioned as audio runs); none for
         a family without audio."""
@@ -289,7 +287,11 @@ class Family:
         that only some families take (audio, :attr:`MultimodalInputs.extra`) are refused here by a family
         that does not take them (:meth:`check_extra_inputs`), and read by one that does
         (:meth:`check_audio_inputs`, :meth:`read_extra_inputs`)."""
-        given = MultimodalInputs.gather(inputs, keywords).as_arrays()
+        given = inputs
+        if keywords or type(given) is not MultimodalInputs:
+            given = MultimodalInputs.gather(inputs, keywords)
+        if given.items is not None:
+            given = given.as_arrays()
         if given.extra or given.audio_seqlens is not None or given.use_audio_in_video is not None:
             self.check_extra_inputs(given.family_inputs())
         image_offsets, video_offsets = given.image_offsets, given.video_offsets
@@ -312,24 +314,26 @@ class Family:
         frame_offsets = given.frame_offsets
         if frame_offsets is not None:
             frame_offsets = check_frame_offsets(self, frame_offsets, videos, checked_video_offsets)
-        checked = RequestInputs(
+        checked = RequestInputs(  # (positionally: built at every admission)
             ids,
             images,
             videos,
             seconds,
-            image_offsets=check_offsets(image_offsets, len(images), "image"),
-            video_offsets=checked_video_offsets,
-            frame_offsets=frame_offsets,
-            audio_tokens=audio_tokens,
-            use_audio_in_video=audio_in_video,
-            row_starts=row_starts,
-            row_lengths=row_lengths,
+            None,  # item_rows
+            check_offsets(image_offsets, len(images), "image"),
+            checked_video_offsets,
+            frame_offsets,
+            audio_tokens,
+            audio_in_video,
+            row_starts,
+            row_lengths,
         )
-        return self.read_extra_inputs(checked, given.extra)
+        return self.read_extra_inputs(checked, given.extra) if self.extra_inputs else checked
 
     def read_extra_inputs(self, checked: RequestInputs, extra: Mapping[str, Any]) -> RequestInputs:
         """``checked`` with what the family's own inputs (its :attr:`extra_inputs`, given in ``extra``;
-        any other was refused) say: nothing for a family without such inputs."""
+        any other was refused) say; called for a family that has such inputs (given or not), and the
+        base says nothing."""
         return checked
 
     def no_offsets_message(self) -> str:
@@ -347,8 +351,8 @@ class Family:
         if type(input_ids) is not list:
             input_ids = to_int_array(input_ids, name="input_ids", ndim=1)
         if self.rule_on_items and len(items) <= FEW_BLOCKS:
-            rows = self.item_rows(input_ids, split_items(items))
-            return RequestInputs(input_ids, _NO_GRIDS, _NO_GRIDS, None, item_rows=rows)
+            rows = self.item_rows(input_ids, split_items(items)) if items else []  # (no items: no blocks)
+            return RequestInputs(input_ids, _NO_GRIDS, _NO_GRIDS, None, rows)  # (item_rows)
         return self.request_inputs(input_ids, inputs)
 
     def item_rows(self, ids: Any, items: SplitItems) -> list[BlockRow]:
@@ -399,8 +403,11 @@ class Family:
         (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's.
         A family that computes its positions itself (MiniCPM-V 4.7) gives the segments recovered from
         them (:func:`mrope.core.segments_of`)."""
-        given = MultimodalInputs.gather(inputs, keywords)
-        return self.prompt(self.prompt_inputs(input_ids, given), segments=True, layout=layout)
+        if keywords or type(inputs) is not MultimodalInputs:
+            inputs = MultimodalInputs.gather(inputs, keywords)
+        if inputs.items is None:
+            return self.prompt(self.request_inputs(input_ids, inputs), segments=True, layout=layout)
+        return self.prompt(self.from_items(input_ids, inputs), segments=True, layout=layout)
 
     def positions(
         self, input_ids: ArrayLike, inputs: MultimodalInputs | None = None, **keywords: Any
@@ -434,15 +441,11 @@ class Family:
             wrong count, outside the prompt, overlapping, or not at placeholders of the item's kind;
             ``inputs`` and keywords both given, an input of the wrong kind (:class:`MultimodalInputs`).
         """
-        given = MultimodalInputs.gather(inputs, keywords)
-        return self.prompt(self.prompt_inputs(input_ids, given), segments=False)
-
-    def prompt_inputs(self, input_ids: ArrayLike, inputs: MultimodalInputs) -> RequestInputs:
-        """One prompt's checked inputs: from its items (:meth:`from_items`), or its arrays
-        (:meth:`request_inputs`)."""
+        if keywords or type(inputs) is not MultimodalInputs:
+            inputs = MultimodalInputs.gather(inputs, keywords)
         if inputs.items is None:
-            return self.request_inputs(input_ids, inputs)
-        return self.from_items(input_ids, inputs)
+            return self.prompt(self.request_inputs(input_ids, inputs), segments=False)
+        return self.prompt(self.from_items(input_ids, inputs), segments=False)
 
     @overload
     def prompt(
@@ -458,17 +461,18 @@ class Family:
         """The segment table (``segments``; with ``layout``, the one-row layout of a prompt of a few
         blocks) or the positions of one prompt, and its delta as a Python number: the blocks its items
         placed (:attr:`RequestInputs.item_rows`), else those parsed from it."""
-        blocks = inputs.item_rows if inputs.item_rows is not None else self.prompt_blocks(inputs)
-        return self.one_stream(blocks, inputs.length, segments=segments, layout=layout)
+        rows = inputs.item_rows
+        blocks = self.prompt_blocks(inputs) if rows is None else rows
+        return self.one_stream(blocks, len(inputs.ids), segments=segments, layout=layout)
 
     def one_stream(
         self, blocks: Blocks | ItemBlocks | list[BlockRow], length: int, *, segments: bool, layout: bool
     ) -> tuple[SegmentTable | OneRowLayout | np.ndarray, int | float]:
         """:meth:`prompt`'s result from one stream's ``blocks`` over ``length`` tokens: the one-row path
         for a few blocks, placement and segments for more."""
-        if isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
+        if type(blocks) is not list and isinstance(blocks, Blocks) and blocks.start.size <= FEW_BLOCKS:
             blocks = block_rows(blocks)
-        if isinstance(blocks, list):
+        if type(blocks) is list:
             if not segments:
                 return render_one_row(blocks, length, self.compat)
             return (layout_one_row if layout else segments_one_row)(blocks, length, self.compat)
@@ -553,6 +557,8 @@ class Family:
         videos, video_tokens = check_grids(video_grid_thw, "video_grid_thw", merge, temporal)
         if image_tokens + video_tokens > length:
             raise_too_many_tokens(images, videos, length, merge, temporal)
+        if second_per_grid_ts is None and not len(videos):  # (nothing to check: no time)
+            return images, videos, None
         return images, videos, check_second_per_grid_ts(self, second_per_grid_ts, videos)
 
 

@@ -13,7 +13,6 @@ place, render) reads the checked arrays from it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
@@ -46,6 +45,7 @@ class Seconds(NamedTuple):
     dtype: str
 
 
+_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})  # no family inputs given (read-only, shared)
 _ONE_ROW = np.zeros(1, dtype=np.int64)  # row_starts of a one-prompt stream (read-only)
 _ONE_ROW.flags.writeable = False
 
@@ -64,6 +64,10 @@ class RequestInputs(NamedTuple):
     images: np.ndarray  # (num_images, 3) int64 (T, H, W) before merging, checked
     videos: np.ndarray  # (num_videos, 3) int64, checked
     seconds: Seconds | None  # seconds per grid step of each video, or None (not given)
+    #: one prompt given as items, placed by its family's rule on items (:meth:`Family.from_items`): its
+    #: blocks, which the prompt's render reads in place of a parse (``images`` and ``videos`` are then
+    #: empty: the items' grids are in the blocks); None: the prompt is parsed
+    item_rows: list[BlockRow] | None = None
     image_offsets: list[int] | None = None  # one prompt: where each image's placeholders start
     video_offsets: list[int] | None = None
     #: frame families (Qwen3-VL, GLM-4.1V): where each video frame's placeholders start, every video's
@@ -78,10 +82,6 @@ class RequestInputs(NamedTuple):
     #: MiniCPM-V 4.7: the spatial merge of the call's ``downsample_mode`` (its crops' grids are ``images``
     #: and ``videos`` as (1, H, W)); None elsewhere
     merge: int | None = None
-    #: one prompt given as items, placed by its family's rule on items (:meth:`Family.from_items`): its
-    #: blocks, which the prompt's render reads in place of a parse (``images`` and ``videos`` are then
-    #: empty: the items' grids are in the blocks); None: the prompt is parsed
-    item_rows: list[BlockRow] | None = None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """``(row_starts, row_lengths)`` of the stream (int64 arrays)."""
@@ -125,7 +125,6 @@ class PromptItem(NamedTuple):
     seconds: Any = None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class MultimodalInputs:
     """What a caller gives beside ``input_ids``, as one object: every public call takes it (``inputs``,
     the argument after ``input_ids``) or its fields as keywords, and passes this one object on.
@@ -134,7 +133,11 @@ class MultimodalInputs:
     set; ``use_audio_in_video`` is a bool; ``extra`` maps names to values; ``items`` is an ordered
     collection and replaces the grids, seconds and offsets); the values' rules (grids against the prompt,
     offsets at their placeholders, a family that takes the input) are checked by the family that reads
-    them (:meth:`mrope.families.Family.request_inputs`). Immutable; None (the default) means not given.
+    them (:meth:`mrope.families.Family.request_inputs`). Immutable (setting a field raises
+    ``AttributeError``); None (the default) means not given. Made from keywords (:meth:`gather`, what a
+    call given keywords does) it holds the fields given; the others read as the class's None. It is
+    built once per admission, so it is a plain object (no dataclass: a frozen one costs a microsecond
+    to make).
 
     Attributes
     ----------
@@ -199,62 +202,76 @@ class MultimodalInputs:
     use_audio_in_video: bool | None = None
     frame_offsets: ArrayLike | None = None
     items: Sequence[PromptItem] | None = None
-    extra: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRA)
+    extra: Mapping[str, Any] = _NO_EXTRA
 
-    #: the fields that hold arrays (checked for their kind: not a string, a mapping or a set)
-    ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
+    #: the fields, in order
+    FIELDS: ClassVar[tuple[str, ...]] = (
         "image_grid_thw",
         "video_grid_thw",
         "second_per_grid_ts",
         "image_offsets",
         "video_offsets",
         "audio_seqlens",
+        "use_audio_in_video",
         "frame_offsets",
+        "items",
+        "extra",
     )
 
-    def __post_init__(self) -> None:
-        arrays = (
-            self.image_grid_thw,
-            self.video_grid_thw,
-            self.second_per_grid_ts,
-            self.image_offsets,
-            self.video_offsets,
-            self.audio_seqlens,
-            self.frame_offsets,
-        )
-        some_array = False
-        for name, value in zip(self.ARRAY_FIELDS, arrays, strict=True):
-            if value is not None:
-                some_array = True
-                if type(value) not in _PLAIN_ARRAYS and isinstance(value, _NOT_ARRAYS):
-                    raise MRopeError(
-                        f"{name} must be an array, a tensor or a list of numbers, got "
-                        f"{type(value).__name__} {value!r:.80}"
-                    )
-        given = self.use_audio_in_video
-        if given is not None and not isinstance(given, (bool, np.bool_)):
-            raise MRopeError(f"use_audio_in_video must be a bool, got {given!r}")
-        if self.items is not None:
-            object.__setattr__(self, "items", item_list(self.items))
-            if some_array or given is not None or self.extra:
-                others = [name for name in self.given() if name != "items"]
-                raise MRopeError(
-                    "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio or "
-                    f"family inputs): give one or the other, got items and {', '.join(others)}"
-                )
-        if self.extra:
-            object.__setattr__(self, "extra", _checked_extra(self.extra))
+    def __new__(
+        cls,
+        *,
+        image_grid_thw: ArrayLike | None = None,
+        video_grid_thw: ArrayLike | None = None,
+        second_per_grid_ts: ArrayLike | None = None,
+        image_offsets: ArrayLike | None = None,
+        video_offsets: ArrayLike | None = None,
+        audio_seqlens: ArrayLike | None = None,
+        use_audio_in_video: bool | None = None,
+        frame_offsets: ArrayLike | None = None,
+        items: Sequence[PromptItem] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> MultimodalInputs:
+        given = {
+            "image_grid_thw": image_grid_thw,
+            "video_grid_thw": video_grid_thw,
+            "second_per_grid_ts": second_per_grid_ts,
+            "image_offsets": image_offsets,
+            "video_offsets": video_offsets,
+            "audio_seqlens": audio_seqlens,
+            "use_audio_in_video": use_audio_in_video,
+            "frame_offsets": frame_offsets,
+            "items": items,
+            "extra": extra,
+        }
+        return cls.gather(None, {name: value for name, value in given.items() if value is not None})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"MultimodalInputs is immutable: make a new one (got {name} = ...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"MultimodalInputs is immutable: make a new one (got del {name})")
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{name}={value!r:.60}" for name, value in vars(self).items() if value is not None)
+        return f"MultimodalInputs({given})"
+
+    def __reduce__(self) -> tuple[Any, tuple[None, dict[str, Any]]]:
+        """Pickled as its fields (``extra`` as a dict), made again by :meth:`gather`."""
+        fields = dict(vars(self))
+        if "extra" in fields:
+            fields["extra"] = dict(fields["extra"])
+        return (MultimodalInputs.gather, (None, fields))
 
     @classmethod
-    def gather(cls, inputs: MultimodalInputs | None, keywords: Mapping[str, Any]) -> MultimodalInputs:
+    def gather(cls, inputs: MultimodalInputs | None, keywords: dict[str, Any]) -> MultimodalInputs:
         """The one inputs object of a call that takes ``inputs`` or the same as ``keywords`` (the fields by
-        their names, a family's own inputs by theirs, into :attr:`extra`): ``inputs`` itself where no
-        keyword is given. Both, or an ``inputs`` of another type, are refused by name."""
-        if not keywords:
-            if type(inputs) is cls:
-                return inputs
-            if inputs is None:
-                return _NOTHING
+        their names, a family's own inputs by theirs, into :attr:`extra`), checked for their kinds: the
+        one check of every way an object is made. ``inputs`` itself where no keyword is given; both, or
+        an ``inputs`` of another type, are refused by name.
+
+        A call that takes either checks ``keywords or type(inputs) is not MultimodalInputs`` before calling
+        this, so that an object passed on costs nothing more."""
         if inputs is not None:
             if not isinstance(inputs, cls):
                 raise MRopeError(
@@ -267,27 +284,22 @@ class MultimodalInputs:
                     f"{', '.join(keywords)}"
                 )
             return inputs
-        if keywords.keys() <= _FIELDS:
-            return cls(**keywords)
-        named: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for name, value in keywords.items():
-            if name in _FIELDS:
-                named[name] = value
-            else:
-                extra[name] = value
-        if extra:
-            if "extra" in named:
-                raise MRopeError(
-                    f"give a family's own inputs in extra or as keywords, not both: got extra and "
-                    f"{', '.join(extra)}"
-                )
-            named["extra"] = extra
-        return cls(**named)
+        if not keywords:
+            return _NOTHING
+        for name, value in keywords.items():  # (arrays and items as a list: checked here, none copied)
+            if name in _ARRAY_FIELDS or name == "use_audio_in_video":
+                if value is not None and type(value) not in _ARRAY_TYPES:
+                    _check_kind(name, value)
+            elif name != "items" or len(keywords) > 1 or type(value) not in _ITEM_LISTS:
+                keywords = _with_others(keywords)
+                break
+        made = object.__new__(cls)  # (the fields given; the others are the class's None)
+        made.__dict__.update(keywords)
+        return made
 
     def given(self) -> tuple[str, ...]:
         """The names of the inputs given (not None), fields in order, then the keys of :attr:`extra`."""
-        named = tuple(name for name in _FIELDS if name != "extra" and getattr(self, name) is not None)
+        named = tuple(name for name in self.FIELDS[:-1] if getattr(self, name) is not None)
         return named + tuple(self.extra)
 
     def family_inputs(self) -> dict[str, Any]:
@@ -305,12 +317,71 @@ class MultimodalInputs:
         (:func:`items_as_inputs`); itself where no items are given."""
         if self.items is None:
             return self
-        return MultimodalInputs(**items_as_inputs(self.items))
+        return self.gather(None, items_as_inputs(self.items))
 
 
 #: what an array input is never (a string holds no numbers; a mapping or a set has no order)
 _NOT_ARRAYS = (str, bytes, Mapping, Set, bool)
-_PLAIN_ARRAYS = frozenset((list, tuple, np.ndarray))  # (what is given most: no subclass check needed)
+#: the types found to be none of those (a value's kind is its type's: what is given most needs no
+#: subclass check)
+_ARRAY_TYPES = {list, tuple, np.ndarray}
+_ITEM_LISTS = frozenset((list, tuple))  # items as they are kept (another iterable is read into a list)
+_FIELD_SET = frozenset(MultimodalInputs.FIELDS)
+#: the fields that hold arrays (checked for their kind: not a string, a mapping or a set)
+_ARRAY_FIELDS = _FIELD_SET - {"use_audio_in_video", "items", "extra"}
+
+
+def _check_kind(name: str, value: Any) -> None:
+    """Refuse an array field's ``value`` that is a string, bytes, a mapping, a set or a bool, or a
+    ``use_audio_in_video`` that is no bool, naming it."""
+    if name == "use_audio_in_video":
+        if not isinstance(value, (bool, np.bool_)):
+            raise MRopeError(f"use_audio_in_video must be a bool, got {value!r}")
+    elif isinstance(value, _NOT_ARRAYS):
+        raise MRopeError(
+            f"{name} must be an array, a tensor or a list of numbers, got "
+            f"{type(value).__name__} {value!r:.80}"
+        )
+    elif len(_ARRAY_TYPES) < 64:
+        _ARRAY_TYPES.add(type(value))
+
+
+def _with_others(given: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``given`` (a call's keywords) that hold a family's own inputs (by name, or in
+    ``extra``), or items, checked as :meth:`MultimodalInputs.gather` checks them: None values dropped,
+    a family's inputs moved into ``extra`` (read-only), items as a list or tuple and refused beside any
+    other input."""
+    checked: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, value in given.items():
+        if name not in _FIELD_SET:
+            extra[name] = value
+        elif value is not None:
+            if name in _ARRAY_FIELDS or name == "use_audio_in_video":
+                _check_kind(name, value)
+            checked[name] = value
+    if extra:
+        if "extra" in checked:
+            raise MRopeError(
+                "give a family's own inputs in extra or as keywords, not both: got extra and "
+                f"{', '.join(extra)}"
+            )
+        checked["extra"] = extra
+    if "extra" in checked:
+        checked["extra"] = _checked_extra(checked["extra"])
+        if not checked["extra"]:
+            del checked["extra"]
+    items = checked.get("items")
+    if items is not None:
+        checked["items"] = item_list(items)
+        if len(checked) > 1:
+            others = [name for name in MultimodalInputs.FIELDS[:-2] if name in checked]
+            others += list(checked.get("extra", ()))
+            raise MRopeError(
+                "items replaces the grids, second_per_grid_ts and the offsets (and takes no audio or "
+                f"family inputs): give one or the other, got items and {', '.join(others)}"
+            )
+    return checked
 
 
 def _checked_extra(extra: Any) -> Mapping[str, Any]:
@@ -321,14 +392,12 @@ def _checked_extra(extra: Any) -> Mapping[str, Any]:
     for name in extra:
         if not isinstance(name, str):
             raise MRopeError(f"extra's input names must be strings, got {name!r}")
-        if name in _FIELDS:
+        if name in _FIELD_SET:
             raise MRopeError(f"{name} is a field of MultimodalInputs: give it as {name}=, not in extra")
     return MappingProxyType({name: value for name, value in extra.items() if value is not None})
 
 
-_NO_EXTRA: Mapping[str, Any] = MappingProxyType({})
-_FIELDS = frozenset(f.name for f in fields(MultimodalInputs))
-_NOTHING = MultimodalInputs()  # no inputs given (shared: immutable)
+_NOTHING = object.__new__(MultimodalInputs)  # no inputs given (shared: immutable)
 
 
 class SplitItems(NamedTuple):
@@ -399,10 +468,10 @@ def split_items(items: Any) -> SplitItems:
             image_offsets.append(offset)
         else:
             raise MRopeError(f"items[{i}] has modality {modality!r}: 'image' or 'video'")
-    order = sort_order(image_offsets)  # each modality in prompt order, whatever the order given
+    order = sort_order(image_offsets) if len(image_offsets) > 1 else None  # each modality in prompt order
     if order is not None:
         images, image_offsets = [images[k] for k in order], [image_offsets[k] for k in order]
-    order = sort_order(video_offsets)
+    order = sort_order(video_offsets) if len(video_offsets) > 1 else None
     if order is not None:
         videos, video_offsets, seconds = ([x[k] for k in order] for x in (videos, video_offsets, seconds))
     if seconds.count(None) == len(seconds):  # none given

@@ -98,13 +98,13 @@ class Qwen2VL(Family):
         :meth:`vision_blocks` at the items' offsets, one Python step per item (no array but the videos'
         time steps)."""
         images, videos, seconds = items.images, items.videos, items.seconds
-        merge, temporal = self.spatial_merge_size, self.video_temporal_merge
+        merge = self.spatial_merge_size
         tokens = grid_tokens(images, "image_grid_thw", merge, 1) if images else 0
         if videos:
-            tokens += grid_tokens(videos, "video_grid_thw", merge, temporal)
+            tokens += grid_tokens(videos, "video_grid_thw", merge, self.video_temporal_merge)
         if tokens > len(ids):
             grids = [np.array(g, dtype=np.int64).reshape(-1, 3) for g in (images, videos)]
-            raise_too_many_tokens(*grids, len(ids), merge, temporal)
+            raise_too_many_tokens(*grids, len(ids), merge, self.video_temporal_merge)
         if seconds is not None and not self.uses_second_per_grid_ts:
             raise seconds_refused(self)
         if videos:

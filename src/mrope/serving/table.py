@@ -378,8 +378,9 @@ class PositionTable:
         rows = family.segment_rows
         if rows is not self._family_rows:
             self._check_rows(rows, family.model_type)
-        given = MultimodalInputs.gather(inputs, keywords)
-        segments, delta = family.segments(input_ids, given, layout=not self._floats)
+        if keywords or type(inputs) is not MultimodalInputs:
+            inputs = MultimodalInputs.gather(inputs, keywords)
+        segments, delta = family.segments(input_ids, inputs, layout=not self._floats)
         if type(segments) is OneRowLayout:  # a few blocks: written straight into the pool
             length = segments.length
             if length:
