@@ -305,7 +305,11 @@ class Family:
         images, videos, seconds = self.check_vision_inputs(
             given.image_grid_thw, given.video_grid_thw, given.second_per_grid_ts, len(ids)
         )
-        audio_tokens, audio_in_video = self.check_audio_inputs(given.audio_seqlens, given.use_audio_in_video)
+        audio_tokens, audio_in_video = (  # (a family without its own inputs refused any audio input)
+            self.check_audio_inputs(given.audio_seqlens, given.use_audio_in_video)
+            if self.extra_inputs
+            else (None, False)
+        )
         checked_video_offsets = check_offsets(video_offsets, len(videos), "video")
         if self.video_frames_in_prompt and checked_video_offsets is not None:  # (frames in prompt order)
             check_prompt_order(
@@ -364,8 +368,9 @@ class Family:
     def check_audio_inputs(
         self, audio_seqlens: ArrayLike | None, use_audio_in_video: bool | None
     ) -> tuple[np.ndarray | None, bool]:
-        """Placeholder tokens per audio and whether videos carry their audio (families without audio
-        were refused any by :meth:`check_extra_inputs`)."""
+        """Placeholder tokens per audio and whether videos carry their audio; called for a family with
+        its own inputs (:attr:`extra_inputs`: the Omni families' are the audio inputs), the others
+        refused any by :meth:`check_extra_inputs`."""
         return None, False
 
     # -- shared pipeline ----------------------------------------------------------------------------
@@ -588,7 +593,7 @@ def check_offsets(offsets: Any, count: int, what: str) -> list[int] | None:
     if offsets is None:
         return None
     values = offsets
-    if type(offsets) is not list or any(type(o) is not int for o in offsets):
+    if type(offsets) is not list or (offsets and any(type(o) is not int for o in offsets)):
         values = to_int_array(offsets, name=f"{what}_offsets", ndim=1).tolist()
     if len(values) != count:
         raise MRopeError(
