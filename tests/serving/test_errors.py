@@ -585,7 +585,7 @@ def _positions(fam, p) -> tuple[np.ndarray, int]:
     """``fam.positions`` of prompt ``p``, rendered from ``fam.segments`` (the same values; until issue 35's
     item 6 lands, ``positions`` of a prompt whose positions near 2**31 allocates O(largest position))."""
     table, delta = fam.segments(p.input_ids, **p.kwargs())
-    return mrope.core.render_all(table), delta
+    return mrope.render.render_all(table), delta
 
 
 def _near_bound_prompt(bound: int, over: int):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
+from .._arrays import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
 from .._errors import MRopeError
 from ._state import DEAD, MAX_INDEX, PLEN, SlotState
 

@@ -16,8 +16,8 @@
   the rendered rows (:class:`mrope.core.SegmentRows`; None: the rendered rows (t, h, w) as they are,
   the 3-row path).
 
-The host steps (the numpy step of :mod:`._numpy_step`, the float32 step of :mod:`._float`, the kernel
-of :mod:`._compiled` given these arrays) and the device mirror (:mod:`.device`) read it; only
+The host steps (the numpy step of :mod:`.host_step`, the kernel of :mod:`.compiled_step` given these
+arrays) and the device mirror (:mod:`.device`) read it; only
 :class:`SlotState`'s methods change it (admission, removal, growth).
 """
 
@@ -41,7 +41,7 @@ FLOAT_MAX_INDEX = 1 << 24
 POSITION_BOUND = LARGEST_POSITION + 1
 FLOAT_POSITION_BOUND = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free slot: no index is ever "past" it
-#: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry
+#: rows of ``SlotState.info``. The compiled step (:mod:`.compiled_step`) bakes them in; its numba cache entry
 #: is named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
 PLEN, DELTA, KEY = 0, 1, 2
 

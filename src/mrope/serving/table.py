@@ -9,21 +9,17 @@ hold ``entry << 32``, so the keys are sorted over the whole pool and one ``searc
 segment of every scheduled token of every request. Positions then follow the render formula of
 :mod:`mrope.core.segments` (offsets counted from each segment's ``origin``).
 
-This module admits and removes requests and sends each step to its path: numpy ``out`` to the numpy
-step of :mod:`._numpy_step` (which hands float32 tables, Qwen3-Omni, to :mod:`._float`), torch tensors
-to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes vLLM Model Runner V2's
-layout (queries at ``query_start_loc``, counts per slot): the same step on the host, one Triton launch
-(:mod:`._triton`) on a GPU.
+This module admits and removes requests and sends each step to its path: numpy ``out`` to the host step
+(:mod:`.host_step`, or where numba imports the compiled step of :mod:`.compiled_step`: one pass over the
+step's tokens, the same positions and the same errors; ``backend="numpy"`` or ``MROPE_NUMBA=0`` keep
+numpy), torch tensors to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes
+vLLM Model Runner V2's layout (queries at ``query_start_loc``, counts per slot): the same step on the
+host, one Triton launch (:mod:`.triton_step`) on a GPU.
 
 A table of ``num_dims`` rows (HunYuan-VL: 4) holds requests whose family states how its rows follow from
-the rendered rows (:attr:`mrope.Family.segment_rows`: index rows in front, the rendered rows reversed):
-each step renders into the view of ``out`` that takes the rendered rows and writes the index rows beside
-them (:mod:`._rows`; on the device, :mod:`.device`). A 3-row table of (t, h, w) requests runs the steps
-below as they are.
-
-Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
-:mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
-``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0`` keep numpy.
+the rendered rows (:attr:`mrope.Family.segment_rows`): each step renders into the view of ``out`` that
+takes the rendered rows and writes the index rows beside them (:mod:`.index_rows`; on the device,
+:mod:`.device`).
 """
 
 from __future__ import annotations
@@ -33,21 +29,22 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import is_torch_tensor, numba_allowed
+from .._arrays import is_torch_tensor
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
 from ..core.rows import PLAIN_ROWS, SegmentRows, check_num_dims
 from ..families import Family
+from ..render.choose import numba_allowed
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
 from ._checks import as_index, table_dtype
-from ._numpy_step import NumpyStep
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
-from ._rows import check_rows_out, write_index_rows
-from ._segments import from_positions, nonempty, positions_input
 from ._snapshot import restore, snapshot
 from ._state import PLEN, SlotState
+from .host_step import HostStep
+from .index_rows import check_rows_out, write_index_rows
+from .intake import from_positions, nonempty, positions_input
 from .packed import PackedPrompt
 
 _INT64_MAX = (1 << 63) - 1
@@ -62,8 +59,8 @@ _FROM_POSITIONS = "the positions given reach {largest} (their largest, or the la
 
 
 def compiled_step(backend: str, floats: bool) -> Any:
-    """The compiled steps of :mod:`._compiled` for a table of ``backend``, by the dtypes of the step's
-    index arrays (:func:`._compiled.step_for`; ``None``: the numpy step).
+    """The compiled steps of :mod:`.compiled_step` for a table of ``backend``, by the dtypes of the step's
+    index arrays (:func:`.compiled_step.step_for`; ``None``: the numpy step).
 
     ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA`` is off (``0``, ``false``,
     ``off``, ``no``); ``"numba"``: required (:class:`MRopeError` without numba, or for a float32
@@ -77,7 +74,7 @@ def compiled_step(backend: str, floats: bool) -> Any:
             "backend='numba' serves int64 tables; a float32 table takes backend='numpy' or 'auto'"
         )
     try:
-        from ._compiled import step_for
+        from .compiled_step import step_for
     except ImportError as err:  # numba missing, not built for this numpy, or its JIT disabled
         if backend == "numba":
             hint = " (pip install numba)" if isinstance(err, ModuleNotFoundError) else ""
@@ -127,7 +124,7 @@ class PositionTable:
         slowed down by float32 tables: each table has one dtype and one step.
     backend : ``"auto"`` (default), ``"numba"`` or ``"numpy"``
         How an int64 table's numpy-path :meth:`fill` and :meth:`decode` run: ``"numba"`` compiles the
-        step into one pass over its tokens (:mod:`mrope.serving._compiled`; needs numba, which every
+        step into one pass over its tokens (:mod:`mrope.serving.compiled_step`; needs numba, which every
         vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
         can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0`` (or ``false``, ``off``,
         ``no``, in any case). Both write the same positions and raise the same errors. float32 tables
@@ -219,7 +216,7 @@ class PositionTable:
         self.num_dims = state.num_dims
         self._rows = state.rows  # the steps' rows (None: the rendered (t, h, w), the 3-row path)
         self._family_rows: SegmentRows | None = None  # the requests' rows, fixed by the first one
-        self._numpy = NumpyStep(state)
+        self._numpy = HostStep(state)
         self._kernel = compiled_step(backend, floats)  # None: the numpy step
         self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
         self.backend = "numpy" if self._kernel is None else "numba"
@@ -708,7 +705,7 @@ class PositionTable:
         source: str = _FROM_INPUTS,
     ) -> None:
         """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
-        its segments (:mod:`._segments`, or a one-row layout), after the checks of its length and
+        its segments (:mod:`.intake`, or a one-row layout), after the checks of its length and
         largest position; its ``rows`` (the family's) fix the table's at its first request. ``source``:
         what reached the largest position, for the message (:data:`_FROM_INPUTS`, :data:`_FROM_POSITIONS`)."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
@@ -741,7 +738,7 @@ class PositionTable:
     ) -> int:
         """:meth:`fill` (``decode``: :meth:`decode`, ``first`` holding seq_lens) of a table whose rows are
         not the rendered (t, h, w): the one step into the view of ``out`` that takes the rendered rows,
-        then the index rows (:mod:`._rows`); torch tensors go to the device path, which applies them."""
+        then the index rows (:mod:`.index_rows`); torch tensors go to the device path, which applies them."""
         if is_torch_tensor(out):
             device = self._device_state(out.device)
             if decode:
@@ -788,7 +785,7 @@ class PositionTable:
     def _compiled(
         self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
     ) -> int:
-        """The compiled step (:mod:`._compiled`), or -1 where the inputs are not the kernel's kind (the
+        """The compiled step (:mod:`.compiled_step`), or -1 where the inputs are not the kernel's kind (the
         numpy path converts or refuses them). Bad values make the numpy path raise its error."""
         if type(slots) is not np.ndarray or type(first) is not np.ndarray or type(count) is not np.ndarray:
             return -1

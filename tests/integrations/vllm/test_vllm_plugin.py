@@ -205,7 +205,7 @@ def test_enable_loads_the_compiled_step() -> None:
         "from mrope.integrations import vllm as plugin\n"
         "if sys.argv[1] == 'enable':\n"
         "    plugin.enable()\n"
-        "compiled = sys.modules.get('mrope.serving._compiled')\n"
+        "compiled = sys.modules.get('mrope.serving.compiled_step')\n"
         "print('OVERLOADS', 0 if compiled is None else len(compiled.fill.overloads))\n"
     )
     counts = {}

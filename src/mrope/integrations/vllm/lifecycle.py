@@ -13,7 +13,7 @@ import functools
 import sys
 from typing import Any
 
-from ..._backends import env_mode
+from ..._env import env_mode
 from ..._errors import MRopeError
 from . import v1, v2
 from .audit import AUDITED
