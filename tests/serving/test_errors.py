@@ -521,7 +521,7 @@ def test_the_meta_device_is_refused_up_front() -> None:
     args = (torch.tensor([0], device="meta"),) * 3
     unchanged(table, lambda: table.fill(meta, *args, num_tokens=1), match)
     unchanged(table, lambda: table.decode(meta, *args[:2]), match)
-    assert table._device is None
+    assert table._steps.device is None
     table.check()
 
 

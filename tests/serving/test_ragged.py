@@ -172,7 +172,7 @@ def _device_fill(table: PositionTable, out: torch.Tensor, *args, backend: str) -
     if out.is_cuda and backend == "triton":
         table.fill_ragged(out, *args)
     else:  # CPU tensors take the host path in fill_ragged: call the device mirror's step
-        table._device_state(out.device).fill_ragged(out, *args, backend=backend)
+        table._steps.mirror(out.device).fill_ragged(out, *args, backend=backend)
 
 
 @settings(max_examples=12)
@@ -209,7 +209,7 @@ def test_torch_fallback_matches_fill(data: st.DataObject) -> None:
     index = data.draw(st.sampled_from(INDEX_DTYPES), label="index dtype")
     out = torch.full((3, columns), -7, dtype=torch.float32 if dtype == np.float32 else torch.int64)
     args = [_as(a, index, "torch") for a in (slots, starts, computed)]
-    device = table._device_state()
+    device = table._steps.mirror()
     device.fill_ragged(out, *args, backend="torch")  # warm-up: the step scratch grows outside the mode
     out.fill_(-7)
     with _NoSync():
@@ -303,7 +303,7 @@ def test_triton_kernel_columns_outside_out() -> None:
 
 def test_device_path_shape_errors_raise() -> None:
     table = _bad_table()
-    device = table._device_state()
+    device = table._steps.mirror()
     out = torch.zeros((3, 8), dtype=torch.int64, device=DEVICE)
     slots, starts, computed = (torch.tensor(a, device=DEVICE) for a in ([1], [0, 2], [0, 0]))
     for backend in ("triton", "torch"):

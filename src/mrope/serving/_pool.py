@@ -76,7 +76,7 @@ class Pool:
     """
 
     def __init__(self, capacity: int, max_slots: int, floats: bool) -> None:
-        self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
+        self.use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
         self.top = 0  # first never-used entry
         self.frozen = False
         # per engine slot, Python ints (an admission reads and writes one of each; compaction all)
@@ -86,7 +86,7 @@ class Pool:
         self.reserved = [0] * max_slots
         self.compactions = 0  # compactions (growth included) over the pool's life
 
-    def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
+    def use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
         self.data, self.floats, self.capacity = data, floats, data.shape[1]
         self.keys = data[START]
@@ -229,7 +229,7 @@ class Pool:
         data[_INDEX_ROWS, :used] -= shift << SHIFT
         if floats is not None:
             floats[:, :used] = self.floats[:, src]
-        self._use(data, floats)
+        self.use(data, floats)
         firsts = np.array(self.first, dtype=np.int64)
         firsts[held] = new_base
         self.first = firsts.tolist()

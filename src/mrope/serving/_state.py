@@ -54,7 +54,9 @@ class SlotState:
     ) -> None:
         self.max_slots = max_slots
         self.num_dims = num_dims
-        # set by the table's first request (PositionTable.add); until then the index rows lead
+        #: the rows of the table's requests, fixed by its first one (:meth:`fix_rows`), and how the steps
+        #: write them (None: the rendered (t, h, w) as they are; until fixed, the index rows lead)
+        self.family_rows: SegmentRows | None = None
         self.rows: SegmentRows | None = None if num_dims == 3 else SegmentRows(num_dims - 3)
         self.floats = floats
         self.max_index = FLOAT_MAX_INDEX if floats else MAX_INDEX
@@ -73,12 +75,21 @@ class SlotState:
         self.pool = Pool(capacity, max_slots, floats)
         self.lock = threading.Lock()
 
+    def fix_rows(self, rows: SegmentRows) -> None:
+        """The rows of every request from now on (the first request's, or a loaded table's)."""
+        self.family_rows = rows
+        self.rows = None if rows.plain else rows
+
     def is_live(self, slot: int) -> bool:
         """``slot`` (an int in range) holds a request."""
         return self.pool.count[slot] > 0
 
     def prompt_length(self, slot: int) -> int:
         return int(self.info[PLEN, slot + 1])
+
+    def prompt_lengths(self, slots: np.ndarray) -> np.ndarray:
+        """The prompt lengths of ``slots`` (live, in range: a step checked them)."""
+        return self.info[PLEN].take(slots + 1)
 
     def delta(self, slot: int) -> int | float:
         column = slot + 1

@@ -4,7 +4,7 @@ segment lookup, render at segments, decode tail) composed into the step, on devi
 The table's state (:class:`._state.SlotState`: the pool and per-slot info) is mirrored on the device
 (copied there at admission, the only host-to-device traffic: on CUDA from a pinned staging ring,
 asynchronously, so that admitting a request never waits for the work queued on the device;
-:class:`Staging`). A step is fixed-shape torch ops with N
+:mod:`.staging`). A step is fixed-shape torch ops with N
 given by the caller: no ``.item()``, no ``nonzero``, no boolean-mask indexing, no copy to the host, so
 it neither synchronizes nor blocks CUDA graph capture. Bad values (a free slot, a negative count, a position
 reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
@@ -23,7 +23,6 @@ each position is the float64 sum rounded once to float32 on the write to ``out``
 from __future__ import annotations
 
 import functools
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -35,9 +34,10 @@ from ..core.rows import SegmentRows
 from ..core.segments import START
 from ..render.torch import find_segments, render_at, render_tail
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
+from .ragged import check_starts
+from .staging import Staging
 
 _DTYPE = torch.int64  # indices, keys, integer fields
-_TORCH_DTYPES = {np.int64: torch.int64, np.float64: torch.float64}  # what the state holds
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -193,10 +193,7 @@ class DeviceTable:
         ]
         slots, starts, computed = tensors
         n = slots.shape[0]
-        if starts.shape[0] < n + 1:
-            raise MRopeError(
-                f"query_start_loc must have len(slots) + 1 = {n + 1} entries (or more), got {starts.shape[0]}"
-            )
+        check_starts(n, starts.shape[0])
         if backend == "auto":
             triton_ok = self.out_dtype == torch.int64 and self.device.type == "cuda" and _triton_step()
             backend = "triton" if triton_ok else "torch"
@@ -404,60 +401,6 @@ class DeviceTable:
         if not _same_device(x.device, self.device):
             raise MRopeError(f"{name} is on {x.device}, the table's device copy is on {self.device}")
         return x if x.dtype == _DTYPE or (int32 and x.dtype == torch.int32) else x.to(_DTYPE)
-
-
-class Staging:
-    """Host memory that host-to-device copies read from, as a ring: on CUDA pinned, the copies
-    asynchronous (``non_blocking``), and a part of the ring reused only once the copies that read it
-    have run (an event per admission). An admission thus never waits for the device (a copy from
-    pageable memory would wait for all the work queued before it), and the host state may change as
-    soon as it returns: the copies read a snapshot. On other devices the copies are synchronous and the
-    ring is only reused."""
-
-    MIN_BYTES = 1 << 20
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.buffer = self._allocate(self.MIN_BYTES)
-        self.head = 0  # where the next part starts
-        self.in_flight: deque[tuple[int, int, Any]] = deque()  # (start, end, event) of parts being read
-
-    def copy(self, pairs: list[tuple[torch.Tensor, np.ndarray]]) -> None:
-        """Copy each host array into its device tensor (same shape; int64 or float64) through one part
-        of the ring."""
-        sizes = [host.size * 8 for _, host in pairs]
-        part = self._take(sum(sizes))
-        offset = 0
-        for (device, host), size in zip(pairs, sizes, strict=True):
-            staged = part[offset : offset + size].view(_TORCH_DTYPES[host.dtype.type]).view(host.shape)
-            staged.numpy()[...] = host
-            device.copy_(staged, non_blocking=self.cuda)
-            offset += size
-        if self.cuda and offset:
-            event = torch.cuda.Event()
-            event.record()
-            self.in_flight.append((self.head - offset, self.head, event))
-
-    def _take(self, nbytes: int) -> torch.Tensor:
-        """``nbytes`` of the ring that no copy still reads (waiting for the oldest ones if needed)."""
-        if nbytes > self.buffer.shape[0]:  # a part larger than the ring: a larger ring, once read
-            self._drain()
-            self.buffer = self._allocate(max(nbytes, 2 * self.buffer.shape[0]))
-            self.head = 0
-        if self.head + nbytes > self.buffer.shape[0]:
-            self.head = 0  # wrap around
-        start, end = self.head, self.head + nbytes
-        while self.in_flight and self.in_flight[0][0] < end and start < self.in_flight[0][1]:
-            self.in_flight.popleft()[2].synchronize()  # the oldest part overlaps: its copies must be done
-        self.head = end
-        return self.buffer[start:end]
-
-    def _drain(self) -> None:
-        while self.in_flight:
-            self.in_flight.popleft()[2].synchronize()
-
-    def _allocate(self, nbytes: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
 
 
 @functools.cache

@@ -52,7 +52,7 @@ class HostStep:
         self._state = state
         self._info, self._pool = state.info, state.pool
         self._floats = state.floats
-        self._dtype = FLOAT32 if state.floats else INT64  # out's
+        self.dtype = FLOAT32 if state.floats else INT64  # out's
         self._max_slots = state.max_slots
         self._max_index = state.max_index  # sequence indices stay below
         self._max_position = state.max_position  # positions stay below (``state.index_limit``: see fill)
@@ -104,7 +104,7 @@ class HostStep:
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
         if n == 0:
-            return check_out(out, 0, num_tokens, self._dtype)
+            return check_out(out, 0, num_tokens, self.dtype)
         if self._floats:
             return self._fill_float(out, slots, nc, ns, num_tokens, seq_lens)
         if self._flags.shape[0] < n:
