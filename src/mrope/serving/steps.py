@@ -77,12 +77,40 @@ class Steps:
                     return device.decode(out, slots, first)
                 return device.fill(out, slots, first, count, num_tokens)
             raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
-        rows = self.state.rows
+        state = self.state
+        rows = state.rows
         view = out
         if rows is not None:  # not the rendered (t, h, w): the family's rows
             check_rows_out(out, rows.num_dims, self.host.dtype)
             view = rows.rendered(out)
-        num = -1 if self.kernel is None else self._compiled(view, slots, first, count, decode, num_tokens)
+        num = -1
+        # the compiled step where the inputs are its kind (the host step converts or refuses the others)
+        if self.kernel is not None and type(slots) is type(first) is type(count) is np.ndarray:
+            step = self.compiled.get((slots.dtype, first.dtype, count.dtype))  # one lookup: the dtypes
+            if step is None:
+                step = self._new_step(slots.dtype, first.dtype, count.dtype)
+            if (
+                step is not None
+                and slots.ndim == first.ndim == count.ndim == 1
+                and view.dtype is INT64
+                and view.ndim == 2
+                and view.flags.writeable
+                and (num_tokens is None or (type(num_tokens) is int and num_tokens >= 0))
+            ):
+                num = step(  # the kernel checks the arrays' lengths (and returns -1)
+                    view,
+                    slots,
+                    first,
+                    count,
+                    decode,
+                    state.info,
+                    state.pool.data,
+                    state.max_position,  # (the table's bound, always one: see _state.position_bound)
+                    state.max_index,
+                    -1 if num_tokens is None else num_tokens,
+                )
+                if num < 0:  # bad input, nothing written: the host step names the error
+                    self._refused(view, slots, first, count, num_tokens, decode)
         if num < 0:
             host = self.host
             num = (
@@ -136,47 +164,15 @@ class Steps:
         self.device.check_device(device)
         return self.device
 
-    def _compiled(
-        self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
-    ) -> int:
-        """The compiled step, or -1 where the inputs are not the kernel's kind (the host step converts or
-        refuses them). Bad values make the host step raise its error."""
-        if type(slots) is not np.ndarray or type(first) is not np.ndarray or type(count) is not np.ndarray:
-            return -1
-        step = self.compiled.get((slots.dtype, first.dtype, count.dtype))  # one lookup checks the dtypes
-        if step is None:
-            step = self._new_step(slots.dtype, first.dtype, count.dtype)
-        if (
-            step is None
-            or slots.ndim != 1
-            or first.ndim != 1
-            or count.ndim != 1
-            or out.dtype is not INT64
-            or out.ndim != 2
-            or not out.flags.writeable
-            or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
-        ):
-            return -1
-        state = self.state
-        num = step(  # the kernel checks the arrays' lengths (and returns -1)
-            out,
-            slots,
-            first,
-            count,
-            decode,
-            state.info,
-            state.pool.data,
-            state.max_position,  # (the table's bound, always one: see _state.position_bound)
-            state.max_index,
-            -1 if num_tokens is None else num_tokens,
-        )
-        if num < 0:  # bad input, nothing written: the host step names the error
-            if decode:
-                self.host.decode(out, slots, first)
-            else:
-                self.host.fill(out, slots, first, count, num_tokens)
-            raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
-        return num
+    def _refused(
+        self, out: np.ndarray, slots: Any, first: Any, count: Any, num_tokens: Any, decode: bool
+    ) -> None:
+        """Raise the host step's error for a step the compiled one refused."""
+        if decode:
+            self.host.decode(out, slots, first)
+        else:
+            self.host.fill(out, slots, first, count, num_tokens)
+        raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
 
     def _new_step(self, *dtypes: np.dtype) -> Callable[..., int] | None:
         """The compiled step for index arrays of ``dtypes``, kept by them; None unless each is int32 or
