@@ -138,6 +138,13 @@ class SlotState:
         self.info[KEY, live + 1] = first << SHIFT
 
 
+def state_bytes(max_slots: int, capacity: int, floats: bool) -> int:
+    """What a :class:`SlotState` allocates: per slot its info (3 int64, a float64 delta in float32 tables)
+    and two Python list entries; per pool entry 6 int64 (2 float64 more in float32 tables)."""
+    per_slot = 8 * (3 + floats) + 16
+    return max_slots * per_slot + capacity * 8 * (6 + 2 * floats)
+
+
 def position_bound(max_position: int | None, floats: bool) -> tuple[int, str]:
     """The exclusive bound on the positions of a table of ``max_position`` (None: not given) and dtype
     (``floats``: float32), and how messages name it: ``max_position`` where it is the lower one, else

@@ -34,15 +34,14 @@ from ..core.rows import PLAIN_ROWS, SegmentRows, check_num_dims
 from ..families import Family
 from ._checks import FLOAT32 as _FLOAT32
 from ._checks import INT64 as _INT64
-from ._checks import table_dtype
+from ._checks import check_sizes, is_int, table_dtype
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
 from ._snapshot import restore, settings_of, snapshot
-from ._state import SlotState
+from ._state import SlotState, state_bytes
 from .intake import from_positions, nonempty, positions_input
 from .packed import PackedPrompt
 from .steps import Steps
 
-_INT64_MAX = (1 << 63) - 1
 #: what reaches a position past ``max_position`` (the message of :meth:`PositionTable._insert`): a request
 #: from its inputs (:meth:`PositionTable.add`), or from the positions given (``add_positions``)
 _FROM_INPUTS = (
@@ -136,29 +135,8 @@ class PositionTable:
         backend: str = "auto",
         num_dims: int = 3,
     ) -> None:
-        if not _is_int(max_requests) or max_requests <= 0:
-            raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
-        if max_requests > _MAX_CAPACITY:
-            raise MRopeError(
-                f"max_requests must be at most {_MAX_CAPACITY} (2**31: each live request takes a segment "
-                f"entry, and the pool indexes at most that many), got {max_requests}"
-            )
-        if max_position is not None and (not _is_int(max_position) or max_position <= 0):
-            raise MRopeError(f"max_position must be a positive int or None, got {max_position!r}")
-        if max_position is not None and max_position > _INT64_MAX:
-            raise MRopeError(f"max_position must be below 2**63 (positions are int64), got {max_position}")
-        if pool_capacity is not None and (not _is_int(pool_capacity) or pool_capacity <= 0):
-            raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
-        if pool_capacity is not None and pool_capacity > _MAX_CAPACITY:
-            raise MRopeError(
-                f"pool_capacity must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys "
-                f"index), got {pool_capacity}"
-            )
+        capacity = check_sizes(max_requests, max_position, pool_capacity)
         num_dims = check_num_dims(num_dims, "num_dims")
-        if pool_capacity is None:
-            capacity = min(8 * int(max_requests) + 64, _MAX_CAPACITY)
-        else:
-            capacity = int(pool_capacity)
         self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
@@ -175,7 +153,7 @@ class PositionTable:
         except MemoryError:
             raise MRopeError(
                 f"a table of max_requests={self.max_requests} and pool_capacity={capacity} does not fit "
-                f"in memory (about {_table_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
+                f"in memory (about {state_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
             ) from None
         self._state = state
         # the state's parts the table reads, bound once (none is ever replaced: the pool reallocates
@@ -219,7 +197,7 @@ class PositionTable:
     def __contains__(self, slot: int) -> bool:
         """Whether ``slot`` holds a request (an int out of range holds none; anything else but an int
         raises :class:`MRopeError`)."""
-        if not _is_int(slot):
+        if not is_int(slot):
             raise MRopeError(f"slot must be an int, got {slot!r}")
         with self._lock:
             return 0 <= slot < self.max_requests and self._state.is_live(slot)
@@ -264,7 +242,7 @@ class PositionTable:
         to grow, for ``segments`` beyond 2**31, a size that cannot be allocated, or ``tokens`` without
         torch (the device path's scratch)."""
         for name, value in (("segments", segments), ("tokens", tokens)):
-            if value is not None and (not _is_int(value) or value < 0):
+            if value is not None and (not is_int(value) or value < 0):
                 raise MRopeError(f"{name} must be an int >= 0 or None, got {value!r}")
         if segments is not None and segments > _MAX_CAPACITY:
             raise MRopeError(
@@ -572,7 +550,7 @@ class PositionTable:
     def _slot(self, slot: Any) -> int:
         """``slot`` as an int in ``[0, max_requests)``."""
         if type(slot) is not int:
-            if not _is_int(slot):
+            if not is_int(slot):
                 raise MRopeError(f"slot must be an int, got {slot!r}")
             slot = int(slot)
         if not 0 <= slot < self.max_requests:
@@ -639,15 +617,3 @@ class PositionTable:
                 f"{what} gives the rows {rows.describe()}, this table's requests the rows "
                 f"{fixed.describe()} (fixed by its first request): a table serves one family's rows"
             )
-
-
-def _table_bytes(max_requests: int, capacity: int, floats: bool) -> int:
-    """What a table allocates: per slot its info (3 int64, a float64 delta in float32 tables) and two
-    Python list entries; per pool entry 6 int64 (2 float64 more in float32 tables)."""
-    per_slot = 8 * (3 + floats) + 16
-    return max_requests * per_slot + capacity * 8 * (6 + 2 * floats)
-
-
-def _is_int(value: Any) -> bool:
-    """A Python or numpy integer, not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
