@@ -32,7 +32,7 @@ serves every caller:
 - Python ints and numpy scalars: values are returned;
 - numba: ``numba.njit(inline="always")(render_formula)`` compiles it over scalars (the compiled serving
   step keeps ``q`` and ``r`` by counting, so the division is not part of the formula);
-- Triton: ``triton.jit(render_formula)`` compiles it over blocks of lanes (the device step of
+- Triton: ``triton.jit(render_formula)`` compiles it over blocks of lanes (the Triton backend,
   :mod:`mrope.render.triton`). ``triton.jit`` evaluates parameter annotations and refuses module
   globals such as :data:`Value`, so the parameters are annotated ``typing.Any`` (a module attribute);
 - numpy arrays and torch tensors: the formula runs *in place* and allocates nothing. ``offset``, ``t0``,
