@@ -100,7 +100,7 @@ def vllm_client(python: str, url: str, model: Path, load: int, prompts: int, out
         "--num-prompts", str(prompts), "--max-concurrency", str(load), "--request-rate", "inf",
         "--ignore-eos", "--seed", "0", "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
-        "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
+        "--save-result", "--save-detailed", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]  # fmt: skip
     subprocess.run(argv, check=True, env=client_env(), stdout=subprocess.DEVNULL, timeout=1800)
     return json.loads(out.read_text())
@@ -177,6 +177,8 @@ def run_server(engine: str, config: str, args: argparse.Namespace, model: Path, 
             row = {"engine": engine, "config": config, "rep": rep, "load": load, "prompts": prompts}
             row.update({m: result.get(m) for m in METRICS})
             row["completed"] = result.get("completed")
+            if result.get("ttfts"):  # per request, in the order sent: the first ``load`` start together
+                row["ttfts_ms"] = [round(t * 1e3, 2) for t in result["ttfts"]]
             row["prepare_inputs_ms"] = prepare_inputs_ms(timer, start, end)
             results.append(row)
             print(json.dumps(row), flush=True)

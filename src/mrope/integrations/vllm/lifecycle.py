@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import sys
+from types import ModuleType
 from typing import Any
 
 from ..._env import env_mode
 from ..._errors import MRopeError
+from .._on_import import cancel, when_imported
 from . import v1, v2
 from .audit import AUDITED
 from .models import accepted_runners, installed_version
@@ -53,27 +55,39 @@ def enable(mode: str = "mrope") -> None:
         if is_enabled() == mode:
             return
         disable()
-    replacements: dict[tuple[Any, str], Any] = {}
-    for runner in runners:
-        if runner == "v1":
-            from vllm.v1.worker.gpu_input_batch import InputBatch
-            from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-            replacements.update(v1.patch_targets(GPUModelRunner, InputBatch))
-        else:
-            replacements.update(v2.patch_targets(runner))
     set_mode(mode)
+    for runner in runners:
+        when_imported(RUNNER_MODULES[runner], functools.partial(_patch_runner, runner))
+    guard_engine_start()
+
+
+#: per runner, the vLLM module whose import defines what its patches replace (the runner's classes are
+#: patched when that module is imported, in the processes that run one: not in vLLM's API server)
+RUNNER_MODULES = {"v1": "vllm.v1.worker.gpu_model_runner", **v2.MODEL_STATE_MODULES}
+
+
+def _patch_runner(runner: str, module: ModuleType | None = None) -> None:
+    """Apply ``runner``'s patches (its module is imported); the V1 runner's compiled step loaded with them."""
+    if is_enabled() is None:
+        return
+    if runner == "v1":
+        from vllm.v1.worker.gpu_input_batch import InputBatch
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        replacements = v1.patch_targets(GPUModelRunner, InputBatch)
+    else:
+        replacements = v2.patch_targets(runner)
     for (owner, name), replacement in replacements.items():
         PATCHES.apply(owner, name, replacement)
-    guard_engine_start()
-    if "v1" in runners:
+    if runner == "v1":
         _load_compiled_step()
 
 
 def _load_compiled_step() -> None:
-    """Load the table's compiled step for the V1 runner's arrays now, at the process's start (numba's
-    import and its cached code: ~0.3 s), so that no request waits for it at a runner's first admission
-    (it did: 425 ms for the first request after a server's start). Where it fails, the numpy step serves."""
+    """Load the table's compiled step for the V1 runner's arrays with the runner's patches, at the start
+    of a process that runs one (numba's import and its cached code: ~0.3 s), so that no request waits
+    for it at a runner's first admission (it did: 425 ms for the first request after a server's start).
+    Where it fails, the numpy step serves."""
     import numpy as np
 
     from ...serving import PositionTable
@@ -91,6 +105,8 @@ def disable() -> None:
     their next call)."""
     if is_enabled() is None:
         return
+    for module in RUNNER_MODULES.values():
+        cancel(module)
     vllm_init = v1.vllm_init_positions()
     PATCHES.restore()
     if vllm_init is not None:
