@@ -13,7 +13,7 @@ out="${OUT:-bench-results}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 export PYTHONPATH=src:tests TRITON_INTERPRET=0
-python -m pytest -q tests/serving/test_device.py tests/serving/test_ragged.py tests/serving/test_rows.py tests/serving/test_table.py::test_the_triton_step_gives_any_integer_positions tests/ops tests/test_rotary.py 2>&1 | tee "$out/gpu-tests.txt"
+python -m pytest -q tests/serving/test_device.py tests/serving/test_staging.py tests/serving/test_ragged.py tests/serving/test_rows.py tests/serving/test_table.py::test_the_triton_step_gives_any_integer_positions tests/ops tests/test_rotary.py 2>&1 | tee "$out/gpu-tests.txt"
 python scripts/gpu_serving_bench.py 2>&1 | tee "$out/gpu-serving.md"
 python scripts/gpu_v2_bench.py 2>&1 | tee "$out/gpu-v2.md"
 python benchmarks/rotary.py --json "$out/rotary-gpu.json" 2>&1 | tee "$out/gpu-rotary.md"

@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from mrope._backends import NUMBA_ENV
-from mrope.core.kernels import read_numba_env_again
+from mrope.render.choose import NUMBA_ENV, read_numba_env_again
 from support.peers import PeerSetup, peer_setup, require
 
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
@@ -44,7 +43,7 @@ def peer(request: pytest.FixtureRequest) -> PeerSetup:
 @pytest.fixture
 def numba_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str | None], None]]:
     """A function that sets ``MROPE_NUMBA`` for this test (``None``: unsets it) and has mrope read it again
-    (it reads it once per process: :func:`mrope.core.kernels.read_numba_env_again`); put back afterwards."""
+    (it reads it once per process: :func:`mrope.render.choose.read_numba_env_again`); put back afterwards."""
 
     def set_numba(value: str | None) -> None:
         if value is None:

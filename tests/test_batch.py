@@ -235,7 +235,8 @@ def test_request_inputs_drive_every_step(peer, data):
     """Family.request_inputs checks a prompt once; each step reads that one object: the stream's
     positions, and its placed blocks (every family, the Omni ones included) built into a segment table
     and rendered, all equal family.positions (checked against the peers elsewhere)."""
-    from mrope.core import build_segments, render_all
+    from mrope.core import build_segments
+    from mrope.render import render_all
 
     family = peer.family("vllm")
     aiv = peer.setup.omni and data.draw(st.booleans(), label="use_audio_in_video")

@@ -693,7 +693,7 @@ def test_rope_index_reads_list_valued_fields():
 def test_mrope_numba_reads_off_as_mrope_vllm_does(numba_env, value, allowed):
     """``MROPE_NUMBA`` accepted ``0`` only; ``false``, ``off`` and ``no`` turn it off as they turn
     ``MROPE_VLLM`` off."""
-    from mrope._backends import numba_allowed
+    from mrope.render.choose import numba_allowed
     from mrope.serving import PositionTable
 
     numba_env(value)
@@ -707,7 +707,7 @@ def test_mrope_numba_refuses_what_is_neither_on_nor_off(numba_env, value):
     """``MROPE_NUMBA=maybe`` counted silently as on: any value but the off and on words (or unset) is
     refused by name where mrope chooses a path (a table's step, a long render, the items' scan), and
     again at the next such call while it is set; a valid value then serves."""
-    from mrope._backends import numba_allowed
+    from mrope.render.choose import numba_allowed
     from mrope.serving import PositionTable
 
     numba_env(value)

@@ -17,11 +17,11 @@ from support.reference import QWEN2_5_VL_DICT as QWEN2_5_VL
 
 numba = require_module("numba")
 from mrope._numba_cache import compiled_digest  # noqa: E402
-from mrope.core import compiled as core_compiled  # noqa: E402
-from mrope.serving import _compiled  # noqa: E402
+from mrope.render import numba as numba_backend  # noqa: E402
+from mrope.serving import compiled_step  # noqa: E402
 
-KERNELS = [_compiled.fill, core_compiled.render_table]
-SRC = str(Path(_compiled.__file__).parents[2])  # the mrope under test, for the subprocesses
+KERNELS = [compiled_step.fill, numba_backend.render_table]
+SRC = str(Path(compiled_step.__file__).parents[2])  # the mrope under test, for the subprocesses
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=["fill", "render_table"])
@@ -33,31 +33,31 @@ def test_a_kernel_is_cached_under_the_digest_of_its_code(kernel) -> None:
 
 def test_a_baked_in_constant_or_callee_changes_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     fill, render = (
-        compiled_digest(_compiled.fill.py_func),
-        compiled_digest(core_compiled.render_table.py_func),
+        compiled_digest(compiled_step.fill.py_func),
+        compiled_digest(numba_backend.render_table.py_func),
     )
-    monkeypatch.setattr(_compiled, "FT0", _compiled.FT0 + 1)  # a field row of the pool (serving/_pool.py)
-    assert compiled_digest(_compiled.fill.py_func) != fill
+    monkeypatch.setattr(compiled_step, "T0", compiled_step.T0 + 1)  # a segment row (core/segments.py)
+    assert compiled_digest(compiled_step.fill.py_func) != fill
     monkeypatch.undo()
-    assert compiled_digest(_compiled.fill.py_func) == fill
+    assert compiled_digest(compiled_step.fill.py_func) == fill
 
     def other_formula(o, q, r, t0, hw0, is_text):  # noqa: ANN001, ANN202
         return t0, hw0 + q, hw0 + r
 
-    # the formula two calls down (render_table -> write_run -> _formula)
-    monkeypatch.setattr(core_compiled, "_formula", numba.njit(inline="always")(other_formula))
-    assert compiled_digest(core_compiled.render_table.py_func) != render
-    assert compiled_digest(_compiled.fill.py_func) != fill
+    # the formula two calls down (render_table -> render_run -> _formula)
+    monkeypatch.setattr(numba_backend, "_formula", numba.njit(inline="always")(other_formula))
+    assert compiled_digest(numba_backend.render_table.py_func) != render
+    assert compiled_digest(compiled_step.fill.py_func) != fill
 
 
 def test_the_same_code_gives_the_same_key_in_another_process() -> None:
     code = (
-        "from mrope._numba_cache import compiled_digest; from mrope.serving import _compiled; "
-        "print(compiled_digest(_compiled.fill.py_func))"
+        "from mrope._numba_cache import compiled_digest; from mrope.serving import compiled_step; "
+        "print(compiled_digest(compiled_step.fill.py_func))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "123", "PYTHONPATH": SRC}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == compiled_digest(_compiled.fill.py_func)
+    assert out.stdout.strip() == compiled_digest(compiled_step.fill.py_func)
 
 
 def test_a_cached_entry_loads_in_the_next_process_and_not_after_its_constant_changed(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ _CHILD = textwrap.dedent(
     import numpy as np
     import mrope
     from mrope._errors import MRopeError
-    from mrope.core.render import COMPILED_FROM, compiled_render
+    from mrope.render.table import COMPILED_FROM, compiled_render
 
     family = mrope.from_config(json.loads(sys.argv[2]))
     ids = [1, 2, 151652, 151655, 3, 4]  # a vision start and one image placeholder

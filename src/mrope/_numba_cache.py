@@ -15,8 +15,8 @@ JIT is disabled (``NUMBA_DISABLE_JIT=1``, numba's debugging switch: ``njit`` the
 function, which neither compiles nor runs at a compiled speed), this module raises ``ImportError``, as
 where numba is missing, and says so once: mrope runs its numpy paths.
 
-Imported only by the modules that compile (numba is optional): :mod:`mrope.core.compiled`,
-:mod:`mrope.serving._compiled`.
+Imported only by the modules that compile (numba is optional): :mod:`mrope.render.numba`,
+:mod:`mrope.serving.compiled_step`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import like_input, to_int_array, to_numpy
+from ._arrays import like_input, to_int_array, to_numpy
 from ._errors import MRopeError
 from .core import Compat
 from .families import ArrayLike, MultimodalInputs, RequestInputs, family_for

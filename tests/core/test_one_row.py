@@ -16,12 +16,12 @@ from mrope.core import (
     blocks_from_rows,
     build_segments,
     place,
-    render_all,
     render_one_row,
     segments_one_row,
 )
 from mrope.core.place import COMPATS
 from mrope.core.workspace import arrays
+from mrope.render import render_all
 from support import peers
 from support.peers import require
 from support.reference import QWEN2_5_VL_DICT as QWEN2_5_VL

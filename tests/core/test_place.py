@@ -14,14 +14,15 @@ from mrope.core.place import (
     COMPATS,
     VIDEO_TIMES,
     ItemBlocks,
+    build_segments,
     check_compat,
     check_video_time,
     place,
     time_interval,
 )
 from mrope.core.place import temporal_index as mrope_temporal_index
-from mrope.core.render import build_segments, render_all
 from mrope.core.segments import SegmentBuilder
+from mrope.render import render_all
 from support.reference import stream_positions, temporal_index
 from support.strategies import INTERVALS, Stream, streams
 

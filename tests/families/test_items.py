@@ -116,7 +116,7 @@ def test_items_are_the_array_inputs(name, compat, data):
         np.testing.assert_array_equal(positions, expected, err_msg=context)
         assert delta == expected_delta, context
         table, delta = family.segments(ids, items=items)
-        np.testing.assert_array_equal(mrope.core.render_all(table), expected, err_msg=context)
+        np.testing.assert_array_equal(mrope.render.render_all(table), expected, err_msg=context)
         assert delta == expected_delta, context
     table = PositionTable(2)
     table.add(1, family, prompt.input_ids, items=items)
@@ -345,7 +345,7 @@ def test_items_of_any_iterable_and_others_named(name):
         ):
             got = call()
             np.testing.assert_array_equal(
-                got[0] if isinstance(got[0], np.ndarray) else mrope.core.render_all(got[0]), expected[0]
+                got[0] if isinstance(got[0], np.ndarray) else mrope.render.render_all(got[0]), expected[0]
             )
             assert got[1] == expected[1]
     table = PositionTable(1)

@@ -47,7 +47,7 @@ def _check_same(family, prompt, image_offsets, video_offsets, context, frames=No
         np.testing.assert_array_equal(positions, expected, err_msg=context, strict=True)
         assert delta == expected_delta, f"delta {delta} != {expected_delta}: {context}"
         table, delta = family.segments(ids, **prompt.kwargs(), **offsets)
-        np.testing.assert_array_equal(mrope.core.render_all(table), expected, err_msg=context, strict=True)
+        np.testing.assert_array_equal(mrope.render.render_all(table), expected, err_msg=context, strict=True)
         assert delta == expected_delta, f"segments delta {delta} != {expected_delta}: {context}"
     table = PositionTable(2)
     table.add(1, family, prompt.input_ids, **prompt.kwargs("torch"), **offsets)
@@ -385,7 +385,7 @@ def test_video_time_float64_matches_a_float64_reference(compat, frames, seconds)
     positions, delta = family.positions(prompt.input_ids, **kwargs)
     assert positions[0, 4 : 4 + frames].tolist() == [4 + x for x in t]
     table, table_delta = family.segments(prompt.input_ids, **kwargs)
-    np.testing.assert_array_equal(mrope.core.render_all(table), positions)
+    np.testing.assert_array_equal(mrope.render.render_all(table), positions)
     assert table_delta == delta
     # the batch API follows the same setting
     ids = np.array([prompt.input_ids])

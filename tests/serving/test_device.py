@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mrope.serving import PositionTable
 from mrope.serving.device import DeviceTable
-from support.engine import family
+from support.engine import churn, family
 from support.strategies import Image, Video, build_prompt, text
 
 aten = torch.ops.aten
@@ -112,7 +112,7 @@ def test_meta_device_needs_no_values() -> None:
     """On the meta device (shapes only) any data-dependent step would fail: the step has none. (A table
     refuses the meta device, whose check() could never read its count: the mirror is made here.)"""
     table, _ = _table("cpu")
-    table._device = DeviceTable(table._state, "meta")
+    table._steps.device = DeviceTable(table._state, "meta")
     num = sum(STEP[2])
     out = torch.empty((3, num), dtype=torch.int64, device="meta")
     rows, nc, ns = (torch.tensor(a, device="meta") for a in STEP)
@@ -248,55 +248,6 @@ def test_cuda_graph_after_freeze_follows_admissions() -> None:
     table.check()
 
 
-def _churn(table: PositionTable, device: str | torch.device, cycles: int) -> None:
-    """Admissions and removals between device steps; each step equals the host path's."""
-    q25 = family("qwen2_5_vl")
-    prompts = [
-        build_prompt(q25, [text(2 + k), Video(2 + k % 3, 2, 2), text(1), Image(1, 2), text(k % 4)], [0.7])
-        for k in range(5)
-    ]
-    for cycle in range(cycles):
-        slot = cycle % 3
-        if slot in table:
-            table.remove(slot)
-        prompt = prompts[cycle % len(prompts)]
-        table.add(slot, q25, prompt.input_ids, **prompt.kwargs())
-        live = [s for s in range(3) if s in table]
-        step = (live, [0] * len(live), [table.prompt_length(s) for s in live])
-        num = sum(step[2])
-        expected = np.zeros((3, num), dtype=np.int64)
-        table.fill(expected, *(np.array(a) for a in step))
-        out = torch.zeros((3, num), dtype=torch.int64, device=device)
-        table.fill(out, *(torch.tensor(a, device=device) for a in step), num_tokens=num)
-        np.testing.assert_array_equal(out.cpu().numpy(), expected, err_msg=f"cycle {cycle}")
-    table.check()
-
-
-def test_staging_ring_wraps_and_grows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Admissions reach the device copy through the staging ring: with a ring smaller than one
-    admission (it grows) and then a few admissions (it wraps), every device step equals the host's."""
-    from mrope.serving import device as device_module
-
-    monkeypatch.setattr(device_module.Staging, "MIN_BYTES", 64)
-    table = PositionTable(3, device=torch.device("cpu"))
-    _churn(table, "cpu", 40)
-    table.reserve(segments=256)  # the pool at its size for what follows (its compactions copy it all)
-    staging = table._device._staging
-    size = staging.buffer.shape[0]
-    assert size > 64  # grew to hold an admission and the whole pool
-    wraps = []
-    copy = device_module.Staging.copy
-
-    def copy_and_record(self: device_module.Staging, pairs: list) -> None:
-        before = self.head
-        copy(self, pairs)
-        wraps.append(self.head <= before)  # the part was taken from the ring's start
-
-    monkeypatch.setattr(device_module.Staging, "copy", copy_and_record)
-    _churn(table, "cpu", 40)  # each admission and removal stages a part: the ring wraps several times
-    assert staging.buffer.shape[0] == size and sum(wraps) >= 5  # reused from its start, not grown
-
-
 @cuda
 def test_cuda_admission_does_not_sync() -> None:
     """On CUDA an admission's copy is asynchronous (pinned staging): adds and removes pass
@@ -314,5 +265,5 @@ def test_cuda_admission_does_not_sync() -> None:
             table.remove(2)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    assert table._device._staging.buffer.is_pinned()
-    _churn(table, "cuda", 60)
+    assert table._steps.device._staging.buffer.is_pinned()
+    churn(table, "cuda", 60)

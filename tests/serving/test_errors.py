@@ -521,7 +521,7 @@ def test_the_meta_device_is_refused_up_front() -> None:
     args = (torch.tensor([0], device="meta"),) * 3
     unchanged(table, lambda: table.fill(meta, *args, num_tokens=1), match)
     unchanged(table, lambda: table.decode(meta, *args[:2]), match)
-    assert table._device is None
+    assert table._steps.device is None
     table.check()
 
 
@@ -585,7 +585,7 @@ def _positions(fam, p) -> tuple[np.ndarray, int]:
     """``fam.positions`` of prompt ``p``, rendered from ``fam.segments`` (the same values; until issue 35's
     item 6 lands, ``positions`` of a prompt whose positions near 2**31 allocates O(largest position))."""
     table, delta = fam.segments(p.input_ids, **p.kwargs())
-    return mrope.core.render_all(table), delta
+    return mrope.render.render_all(table), delta
 
 
 def _near_bound_prompt(bound: int, over: int):

@@ -172,7 +172,7 @@ def _device_fill(table: PositionTable, out: torch.Tensor, *args, backend: str) -
     if out.is_cuda and backend == "triton":
         table.fill_ragged(out, *args)
     else:  # CPU tensors take the host path in fill_ragged: call the device mirror's step
-        table._device_state(out.device).fill_ragged(out, *args, backend=backend)
+        table._steps.mirror(out.device).fill_ragged(out, *args, backend=backend)
 
 
 @settings(max_examples=12)
@@ -209,7 +209,7 @@ def test_torch_fallback_matches_fill(data: st.DataObject) -> None:
     index = data.draw(st.sampled_from(INDEX_DTYPES), label="index dtype")
     out = torch.full((3, columns), -7, dtype=torch.float32 if dtype == np.float32 else torch.int64)
     args = [_as(a, index, "torch") for a in (slots, starts, computed)]
-    device = table._device_state()
+    device = table._steps.mirror()
     device.fill_ragged(out, *args, backend="torch")  # warm-up: the step scratch grows outside the mode
     out.fill_(-7)
     with _NoSync():
@@ -303,7 +303,7 @@ def test_triton_kernel_columns_outside_out() -> None:
 
 def test_device_path_shape_errors_raise() -> None:
     table = _bad_table()
-    device = table._device_state()
+    device = table._steps.mirror()
     out = torch.zeros((3, 8), dtype=torch.int64, device=DEVICE)
     slots, starts, computed = (torch.tensor(a, device=DEVICE) for a in ([1], [0, 2], [0, 0]))
     for backend in ("triton", "torch"):
@@ -387,22 +387,22 @@ def test_cuda_kernel_no_sync_and_graph_replay() -> None:
 # -- compiling the kernel for sm_90 without a GPU ---------------------------------------------------
 
 _COMPILE = """
-from mrope.serving import _triton
+from mrope.serving import triton_step
 
-kernel = _triton._fill_ragged_kernel
+kernel = triton_step._fill_ragged_kernel
 for index in ("i32", "i64"):
     signature = {name: "i32" for name in kernel.arg_names}
-    signature.update(out_ptr="*i64", info_ptr="*i64", keys_ptr="*i64", fields_ptr="*i64")
+    signature.update(out_ptr="*i64", info_ptr="*i64", data_ptr="*i64")
     signature.update(errors_ptr="*i64", max_index="i64", HAS_MAX_POSITION="constexpr", BLOCK="constexpr")
     signature.update(slots_ptr="*" + index, query_start_ptr="*" + index, computed_ptr="*" + index)
     signature.update(T_ROW="constexpr", H_ROW="constexpr", W_ROW="constexpr", LEAD="constexpr")
     # the rows of a (t, h, w) table, and of HunYuan-VL's four (an index row, then w, h, t)
     for rows in ((0, 1, 2, 0), (3, 2, 1, 1)):
         for has_max in (True, False):
-            constants = {"HAS_MAX_POSITION": has_max, "BLOCK": _triton.BLOCK}
+            constants = {"HAS_MAX_POSITION": has_max, "BLOCK": triton_step.BLOCK}
             constants.update(zip(("T_ROW", "H_ROW", "W_ROW", "LEAD"), rows))
             source = ASTSource(kernel, signature, constants)
-            options = {"num_warps": _triton.NUM_WARPS}
+            options = {"num_warps": triton_step.NUM_WARPS}
             compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
             assert compiled.asm["cubin"], "no cubin"
             print("compiled", index, rows, has_max, len(compiled.asm["cubin"]))

@@ -145,7 +145,7 @@ def test_the_triton_step_gives_the_rows(peer) -> None:
     table.add(2, family, prompt.input_ids, **prompt.kwargs())
     table.add(3, family, prompt.input_ids, **prompt.kwargs())
     out = torch.full((4, length + 4), -1, dtype=torch.int64, device=on)
-    device = table._device_state(out.device)
+    device = table._steps.mirror(out.device)
     # slot 2: its whole prompt from column 1; slot 3: two tokens past its prompt
     slots, starts = torch.tensor([2, 3], device=on), torch.tensor([1, length + 1, length + 3], device=on)
     computed = torch.tensor([0, 0, 0, length], dtype=torch.int64, device=on)

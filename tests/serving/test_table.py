@@ -293,7 +293,7 @@ def test_the_triton_step_gives_any_integer_positions() -> None:
     out = torch.full((3, length + 4), -1, dtype=torch.int64, device=on)
     slots, starts = torch.tensor([1], device=on), torch.tensor([1, length + 3], device=on)
     computed = torch.tensor([0, 0], dtype=torch.int64, device=on)
-    table._device_state(out.device).fill_ragged(out, slots, starts, computed, backend="triton")
+    table._steps.mirror(out.device).fill_ragged(out, slots, starts, computed, backend="triton")
     table.check()
     got = out.cpu().numpy()
     np.testing.assert_array_equal(got[:, 1 : length + 1], positions)
@@ -369,7 +369,7 @@ def test_without_numba() -> None:
 @pytest.mark.parametrize("dtype", INDEX_DTYPES)
 def test_index_arrays_are_read_as_they_are(backend: str, dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     """int64 and int32 numpy rows and counts (vLLM's) are read without conversion, strided ``out`` too."""
-    from mrope.serving import table as table_module
+    from mrope.serving import host_step, steps
 
     fam = family("qwen2_vl")
     p = build_prompt(fam, [text(3), Image(4, 6), text(2)])
@@ -381,7 +381,8 @@ def test_index_arrays_are_read_as_they_are(backend: str, dtype, monkeypatch: pyt
     def refuse(x, name):
         raise AssertionError(f"{name} was converted")
 
-    monkeypatch.setattr(table_module, "as_index", refuse)
+    for module in (steps, host_step):  # the step's choice and the host step
+        monkeypatch.setattr(module, "as_index", refuse)
     buffer = np.full((3, 64), -7, dtype=np.int64)
     rows, nc, ns = (np.array(v, dtype=dtype) for v in ([3, 1], [4, 5], [len(p.input_ids), 2]))
     num = len(p.input_ids) + 2
@@ -537,7 +538,7 @@ def test_reserve_and_freeze(backend: str) -> None:
     assert table.pool_capacity >= 3 * need and not table.frozen
     table.freeze()
     assert table.frozen
-    device = table._device
+    device = table._steps.device
     addresses = (device.data.data_ptr(), device.ramp.data_ptr())
     live = {0: expected}
     for cycle in range(30):  # two live requests at most: compaction in place

@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mrope._backends import NUMBA_ENV
-from mrope.core.kernels import read_numba_env_again
+from mrope.render.choose import NUMBA_ENV, read_numba_env_again
 
 from .peers import require_module
 
@@ -23,7 +22,7 @@ def backend(name: str) -> Iterator[None]:
     or ``"numpy"`` (``MROPE_NUMBA=0``)."""
     if name == "compiled":
         require_module("numba")
-        import mrope.core.compiled  # noqa: F401  (loads the backend: the short paths then take it)
+        import mrope.render.numba  # noqa: F401  (loads the backend: the short paths then take it)
 
         yield
         return

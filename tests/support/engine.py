@@ -122,3 +122,32 @@ def chunked_fill(
         done += sizes
         step += 1
     return got
+
+
+def churn(table: Any, device: Any, cycles: int) -> None:
+    """Admissions and removals between device steps (torch tensors on ``device``); each step equals the
+    host path's."""
+    import torch
+
+    from support.strategies import Image, Video, build_prompt, text
+
+    q25 = family("qwen2_5_vl")
+    prompts = [
+        build_prompt(q25, [text(2 + k), Video(2 + k % 3, 2, 2), text(1), Image(1, 2), text(k % 4)], [0.7])
+        for k in range(5)
+    ]
+    for cycle in range(cycles):
+        slot = cycle % 3
+        if slot in table:
+            table.remove(slot)
+        prompt = prompts[cycle % len(prompts)]
+        table.add(slot, q25, prompt.input_ids, **prompt.kwargs())
+        live = [s for s in range(3) if s in table]
+        step = (live, [0] * len(live), [table.prompt_length(s) for s in live])
+        num = sum(step[2])
+        expected = np.zeros((3, num), dtype=np.int64)
+        table.fill(expected, *(np.array(a) for a in step))
+        out = torch.zeros((3, num), dtype=torch.int64, device=device)
+        table.fill(out, *(torch.tensor(a, device=device) for a in step), num_tokens=num)
+        np.testing.assert_array_equal(out.cpu().numpy(), expected, err_msg=f"cycle {cycle}")
+    table.check()

@@ -1,7 +1,7 @@
 """A slow, obviously-correct reference of the M-RoPE position rule: one Python loop over tokens.
 
 Used by the core tests (``tests/core``) as the oracle for :func:`mrope.core.place` and
-:mod:`mrope.core.render`. It states the rule directly, as the peers' loops do:
+:mod:`mrope.render`. It states the rule directly, as the peers' loops do:
 
 - a text token takes the next position on all three rows, then the next position advances by 1;
 - a vision block of T frames, H' x W' (merged), starts at ``base`` = the next position; token

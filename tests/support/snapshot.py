@@ -34,7 +34,7 @@ def snapshot(table: PositionTable) -> dict[str, Any]:
         "max_delta": getattr(held, "max_delta", None),  # (the bound on live deltas, see SlotState)
         "index_limit": getattr(held, "index_limit", None),
     }
-    device = table._device
+    device = table._steps.device
     if device is not None:
         for name in ("data", "floats", "info", "delta", "errors"):
             tensor = getattr(device, name)

@@ -5,10 +5,8 @@ blocks, found by a family's parser: vision grid blocks (:class:`Blocks`), or ite
 out itself (:class:`ItemBlocks`, the Omni thinkers). :func:`place` gives every block its base position
 and says where text resumes after it (the conventions live there only); :func:`build_segments` turns
 the placed blocks into a small table of segments (:mod:`.segments`: the fields and the render formula,
-each written once) with the one :class:`SegmentBuilder`, and :func:`render_all` / :func:`render`
-compute positions for any token indices from that table (:mod:`.compiled`, where numba imports: the
-same render of a long stream in one pass). :mod:`.one_row` is the fast path of one prompt with a few
-blocks.
+each written once) with the one :class:`SegmentBuilder`; :mod:`mrope.render` computes positions from
+that table. :mod:`.one_row` is the fast path of one prompt with a few blocks.
 """
 
 from typing import Literal
@@ -23,9 +21,7 @@ from .one_row import (
     render_one_row,
     segments_one_row,
 )
-from .place import COMPATS, ItemBlocks, Placed, place
-from .recover import segments_of
-from .render import build_segments, render, render_all
+from .place import COMPATS, ItemBlocks, Placed, build_segments, place
 from .rows import PLAIN_ROWS, SegmentRows
 from .segments import FIELDS, SegmentBuilder, SegmentTable, render_formula, render_offsets
 
@@ -51,12 +47,9 @@ __all__ = [
     "build_segments",
     "locate_items",
     "place",
-    "render",
-    "render_all",
     "render_formula",
     "render_offsets",
     "render_one_row",
-    "segments_of",
     "segments_one_row",
     "layout_one_row",
     "OneRowLayout",

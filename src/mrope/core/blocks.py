@@ -150,7 +150,7 @@ def locate_items(
 
 
 FEW_ITEMS = 8  # up to this many items, a Python loop costs less than numpy's per-call overhead
-#: what a compiled scan (:mod:`mrope.core.compiled`) returns in place of a delta where the items do not fit
+#: what a compiled scan (:mod:`mrope.render.numba`) returns in place of a delta where the items do not fit
 #: their placeholders (no delta is this small)
 NO_FIT = -(1 << 62)
 

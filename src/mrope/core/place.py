@@ -33,7 +33,7 @@ import numpy as np
 
 from .._errors import MRopeError
 from .blocks import BlockRow, Blocks, empty_blocks
-from .segments import SegmentBuilder
+from .segments import SegmentBuilder, SegmentTable
 from .workspace import arrays, workspace
 
 COMPATS = ("vllm", "transformers")
@@ -367,7 +367,7 @@ def place_block(
     base, the text after it resuming ``advance`` positions after its base (:func:`text_advance`), placed
     after text at ``index + shift`` and blocks whose largest position is ``reach``: its base, the shift of
     the text after it, and the largest position so far. On Python ints; numba compiles it too
-    (:mod:`mrope.core.compiled`)."""
+    (:mod:`mrope.render.numba`)."""
     base = start + shift
     end = base + extent - 1
     return base, shift + advance - num_tokens, end if end > reach else reach
@@ -384,3 +384,39 @@ def check_row_bound(length: int, delta: int) -> None:
     """:func:`check_max_position` of one row, on Python ints (numpy only when it is passed)."""
     if length + delta > LARGEST_POSITION + 1:
         check_max_position(np.array([length]), np.array([delta]))
+
+
+def build_segments(placed: Placed, length: int) -> SegmentTable:
+    """The segment table of a placed stream of ``length`` tokens.
+
+    Grid blocks: one text segment per row start and per block end (possibly empty), one segment per
+    video frame. The first row's text segment is extended back to index 0 so that the table covers the
+    stream; tokens outside every row (padding) get meaningless positions that the caller masks. Items
+    that their family lays out (:class:`mrope.core.place.ItemBlocks`) were written to the builder as
+    they were placed."""
+    if placed.segments is not None:
+        return placed.segments.table(length)
+    blocks = placed.blocks
+    row_starts = placed.row_starts
+    n = blocks.start.size
+    frames = blocks.frames
+    num_frames = int(frames.sum())
+    if num_frames == n:  # every block is a single frame (images, timestamped video frames)
+        frame_start, frame_base, frame_t0, frame_width = blocks.start, placed.base, placed.base, blocks.width
+    else:
+        frame_block = np.arange(n).repeat(frames)
+        first_frame = frames.cumsum() - frames
+        frame = np.arange(num_frames) - first_frame.repeat(frames)
+        frame_base = placed.base[frame_block]
+        frame_start = blocks.start[frame_block] + frame * (blocks.height * blocks.width)[frame_block]
+        rounding = None if blocks.rounding is None else blocks.rounding[frame_block]
+        frame_t0 = frame_base + temporal_index(frame, blocks.interval[frame_block], rounding)
+        frame_width = blocks.width[frame_block]
+    out = SegmentBuilder(np.int64)
+    # at one index: a block's (empty) trailing text, then the next row's start, then a frame
+    out.text(blocks.start + blocks.num_tokens, placed.next_base)
+    row_start, row_base = row_starts.copy(), np.zeros(row_starts.size, dtype=np.int64)
+    row_start[:1], row_base[:1] = 0, -row_starts[:1]  # the first row's text reaches back to index 0
+    out.text(row_start, row_base)
+    out.add(frame_start, frame_t0, frame_base, frame_width, 0)
+    return out.table(length)

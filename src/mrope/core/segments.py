@@ -1,5 +1,5 @@
 """The segment: its fields, named once, and the render formula, written once (the lookup and the render
-around it, once per backend, are :mod:`mrope.core.renderer`'s).
+around it, once per backend, are :mod:`mrope.render`'s).
 
 A *segment* is a run of tokens whose positions follow one formula (design: parse, place, render).
 Every segment table in mrope (:class:`mrope.core.SegmentTable`, the serving pool, the float32 and device
@@ -32,13 +32,13 @@ serves every caller:
 - Python ints and numpy scalars: values are returned;
 - numba: ``numba.njit(inline="always")(render_formula)`` compiles it over scalars (the compiled serving
   step keeps ``q`` and ``r`` by counting, so the division is not part of the formula);
-- Triton: ``triton.jit(render_formula)`` compiles it over blocks of lanes (the device step of
-  :mod:`mrope.serving._triton`). ``triton.jit`` evaluates parameter annotations and refuses module
+- Triton: ``triton.jit(render_formula)`` compiles it over blocks of lanes (the Triton backend,
+  :mod:`mrope.render.triton`). ``triton.jit`` evaluates parameter annotations and refuses module
   globals such as :data:`Value`, so the parameters are annotated ``typing.Any`` (a module attribute);
 - numpy arrays and torch tensors: the formula runs *in place* and allocates nothing. ``offset``, ``t0``,
   ``quotient`` and ``remainder`` are scratch that it overwrites (``t0`` becomes t, ``quotient`` h,
   ``remainder`` w, ``offset`` ``offset * is_text``) and returns; ``hw0`` and ``is_text`` are only read.
-  :func:`mrope.core.renderer.render_at` (the numpy render every numpy caller goes through) passes the
+  :func:`mrope.render.numpy.render_at` (the numpy render every numpy caller goes through) passes the
   rows of ``out`` as ``t0``, ``quotient`` and ``remainder`` (``field.take(seg, out=out[0])``,
   ``np.divmod(offset, width, out=(out[1], out[2]))``), so the hot numpy paths keep their few calls and
   no temporary. The result buffers must

@@ -6,7 +6,7 @@ A family module subclasses :class:`Family` as a dataclass and states only what d
 :func:`mrope.get_rope_index`) check their inputs once into a :class:`~mrope.families.RequestInputs`
 (:meth:`Family.request_inputs`); the pipeline then reads that one object: parse, then
 :func:`mrope.core.place` (the conventions), :func:`mrope.core.build_segments` and
-:func:`mrope.core.render_all` (the render formula of :mod:`mrope.core.segments`), or the one-prompt fast
+:func:`mrope.render.render_all` (the render formula of :mod:`mrope.core.segments`), or the one-prompt fast
 path of :mod:`mrope.core.one_row`.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._arrays import to_int_array
 from .._errors import MRopeError
 from ..core import (
     FEW_BLOCKS,
@@ -31,13 +31,13 @@ from ..core import (
     block_rows,
     build_segments,
     place,
-    render_all,
     render_one_row,
     segments_one_row,
 )
 from ..core.one_row import OneRowLayout, layout_one_row
 from ..core.place import LARGEST_POSITION, check_compat, check_video_time
 from ..core.rows import PLAIN_ROWS, SegmentRows
+from ..render import render_all
 from ._grids import check_grids, raise_too_many_tokens
 from ._seconds import check_frame_offsets, check_second_per_grid_ts
 from .inputs import ArrayLike, MultimodalInputs, RequestInputs, Seconds, SplitItems, split_items
@@ -407,7 +407,7 @@ class Family:
         The table renders the rows (t, h, w); the family's rows follow from them by :attr:`segment_rows`
         (HunYuan-VL: index rows in front, the rendered rows reversed), and the delta is the family's.
         A family that computes its positions itself (MiniCPM-V 4.7) gives the segments recovered from
-        them (:func:`mrope.core.segments_of`)."""
+        them (:func:`mrope.render.segments_of`)."""
         if keywords or type(inputs) is not MultimodalInputs:
             inputs = MultimodalInputs.gather(inputs, keywords)
         if inputs.items is None:

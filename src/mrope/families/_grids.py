@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .._backends import to_grid_array
+from .._arrays import to_grid_array
 from .._errors import MRopeError
 
 _NO_GRIDS = np.zeros((0, 3), dtype=np.int64)  # no items (read-only)

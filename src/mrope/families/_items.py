@@ -20,8 +20,8 @@ from ..core.blocks import (
     locate_few,
     locate_items,
 )
-from ..core.kernels import compiled_kernel
 from ..core.place import check_row_bound
+from ..render.choose import compiled_kernel
 from ._grids import grid_tokens, merge_divisor
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def find_offsets(
     the offsets :func:`items_at` takes. None when the items are many, do not fit the placeholders or
     the prompt holds ``refuse`` (a token that rules this path out; the vectorized :func:`token_blocks`
     then serves, or names the bad item). One compiled pass where mrope's numba backend is loaded
-    (:func:`mrope.core.compiled.item_starts`), a few numpy calls otherwise (:func:`locate_few`)."""
+    (:func:`mrope.render.numba.item_starts`), a few numpy calls otherwise (:func:`locate_few`)."""
     if len(grids) > FEW_ITEMS:
         return None
     rows = grids if type(grids) is list else grids.tolist()
@@ -147,7 +147,7 @@ def find_image_positions(
     ``tensor.tolist()`` gives them. The scan establishes what :meth:`Family.positions` checks of items at
     offsets (each image's placeholders consecutive, in order, none left over), so nothing is checked
     twice. Where mrope's numba backend is loaded and every image is one frame, one compiled pass scans,
-    places and renders (:func:`mrope.core.compiled.image_positions`: what a cold cache charges for is
+    places and renders (:func:`mrope.render.numba.image_positions`: what a cold cache charges for is
     calls); otherwise the images at the offsets :func:`find_offsets` finds, rendered by
     :func:`mrope.core.render_one_row`. None where the family has no rule on items, the images are many or
     not three positive ints each, the prompt holds a video placeholder, or the images do not fit the

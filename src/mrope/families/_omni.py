@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._arrays import to_int_array
 from .._errors import MRopeError
 from ..core.place import VIDEO_TIMES, ItemBlocks, frame_times, time_interval
 from ..core.segments import SegmentBuilder

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._backends import to_int_array, to_numpy
+from .._arrays import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
 from .inputs import Seconds, seconds_dtype

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._backends import to_int_array, to_numpy
+from .._arrays import to_int_array, to_numpy
 from .._errors import MRopeError
 from ..core import Blocks, place
 from ..core.place import LARGEST_POSITION

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
 import numpy as np
 
-from .._backends import int_list, to_int_array
+from .._arrays import int_list, to_int_array
 from .._errors import MRopeError
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ Text takes the running position; a frame takes ``max(CH, CW) + 1`` of them. Fram
 newlines separate share a group (a video's frames; a picture right against another), the later frame's
 ``<image>`` then positioned by it. The h and w of a token differ from each other and the thumbnail is
 resampled: the family computes its positions itself, and its segments (the serving table's state) are
-recovered from them (:func:`mrope.core.segments_of`: a frame's slices and rows on two bases by their
+recovered from them (:func:`mrope.render.segments_of`: a frame's slices and rows on two bases by their
 origins, a thumbnail token each).
 The token types are read from the ids (``mm_token_type_ids`` is not needed); ``delta`` is
 ``max + 1 - L`` (transformers' ``rope_deltas``), a token past the prompt at ``index + delta``.
@@ -37,10 +37,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backends import to_int_array
+from .._arrays import to_int_array
 from .._errors import MRopeError
-from ..core import segments_of, segments_one_row
+from ..core import segments_one_row
 from ..core.place import LARGEST_POSITION
+from ..render import segments_of
 from ._base import Family, check_setting
 from .inputs import ArrayLike, RequestInputs, Seconds
 

@@ -63,11 +63,11 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import env_mode
+from .._env import env_mode
 from .._errors import MRopeError, note_once
 from ..batch import get_rope_index as mrope_get_rope_index
-from ..core.kernels import compiled_kernel
 from ..families import Family, find_image_positions, from_config
+from ..render.choose import compiled_kernel
 from ..serving import PackedPrompt
 from ._report import CountersLog
 from ._sglang_audit import AUDITED, installed_release

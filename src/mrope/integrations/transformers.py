@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .. import MRopeError, from_config, get_rope_index, supported_model_types
-from .._backends import like_input, to_numpy
+from .._arrays import like_input, to_numpy
 from ..core import COMPATS, Compat
 from ..families import Family, family_for
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._backends import overlapping
+from .._arrays import overlapping
 from .._errors import MRopeError
 
 SIGNED_INTS = (torch.int64, torch.int32, torch.int16, torch.int8)

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
+from .._arrays import check_int64_range, is_torch_tensor, overlapping, refuse_non_integers, to_numpy
 from .._errors import MRopeError
+from ._pool import MAX_CAPACITY
 from ._state import DEAD, MAX_INDEX, PLEN, SlotState
 
 SIGN = -(1 << 63)  # ``x ^ SIGN`` orders int64 values as unsigned: negative ones after every bound
@@ -17,6 +18,38 @@ INT64 = np.dtype(np.int64)
 INT32 = np.dtype(np.int32)
 INDEX_DTYPES = frozenset({INT64, INT32})  # slots and counts read as they are (no copy)
 FLOAT32 = np.dtype(np.float32)
+INT64_MAX = (1 << 63) - 1
+
+
+def is_int(value: Any) -> bool:
+    """A Python or numpy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_sizes(max_requests: Any, max_position: Any, pool_capacity: Any) -> int:
+    """A table's sizes checked (:class:`mrope.PositionTable`'s arguments); returns its pool's capacity
+    (``pool_capacity``, default ``8 * max_requests + 64``)."""
+    if not is_int(max_requests) or max_requests <= 0:
+        raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
+    if max_requests > MAX_CAPACITY:
+        raise MRopeError(
+            f"max_requests must be at most {MAX_CAPACITY} (2**31: each live request takes a segment "
+            f"entry, and the pool indexes at most that many), got {max_requests}"
+        )
+    if max_position is not None and (not is_int(max_position) or max_position <= 0):
+        raise MRopeError(f"max_position must be a positive int or None, got {max_position!r}")
+    if max_position is not None and max_position > INT64_MAX:
+        raise MRopeError(f"max_position must be below 2**63 (positions are int64), got {max_position}")
+    if pool_capacity is not None and (not is_int(pool_capacity) or pool_capacity <= 0):
+        raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
+    if pool_capacity is not None and pool_capacity > MAX_CAPACITY:
+        raise MRopeError(
+            f"pool_capacity must be at most {MAX_CAPACITY} (2**31, the entries the pool's keys "
+            f"index), got {pool_capacity}"
+        )
+    if pool_capacity is None:
+        return min(8 * int(max_requests) + 64, MAX_CAPACITY)
+    return int(pool_capacity)
 
 
 def table_dtype(dtype: Any) -> np.dtype:

@@ -5,19 +5,18 @@ last one is its decode tail. ``data`` (6, capacity) int64 holds an entry per col
 rows of :mod:`mrope.core.segments` (``START, T0, HW0, WIDTH, IS_TEXT, ORIGIN``), with the request's
 ``base`` (its first entry) in the high 32 bits of the two index rows:
 
-- ``keys`` (row ``START``): ``base << 32 | start``, the search key (free entries hold
+- ``keys`` (row ``START``, a view of it): ``base << 32 | start``, the search key (free entries hold
   ``entry << 32``, so the keys are sorted over the whole pool and one ``searchsorted`` finds the
   segment of every token of a step; the entries from ``top`` on, never written since the pool was
   made or compacted, are also a text segment from origin 0, all a decode tail needs but its start and
   base);
-- ``fields`` (rows ``T0 ... ORIGIN``, indexed by ``FT0, FHW0, FWIDTH, FIS_TEXT, OKEY``): ``t0``,
-  ``hw0``, ``width``, ``is_text`` (:mod:`mrope.core.segments`) and ``(base << 32) + origin`` (a
-  token's offset is its key minus this; an origin before index 0, of positions whose h and w start on
-  different bases, :func:`._segments.from_positions`, is negative);
+- rows ``T0 ... IS_TEXT`` as in :mod:`mrope.core.segments`, and ``ORIGIN``: ``(base << 32) + origin``
+  (a token's offset is its key minus this; an origin before index 0, of positions whose h and w start
+  on different bases, :func:`.intake.from_positions`, is negative);
 - ``floats`` (2, capacity) float64, float32 tables only: rows ``FLOAT_T0`` and ``FLOAT_HW0``, the
   segments' ``t0`` and ``hw0`` (float32 values; the int64 rows are then 0).
 
-``keys`` and ``fields`` are views of ``data``. Indices (``start``, the prompt length) lie in
+Indices (``start``, the prompt length) lie in
 ``[0, 2**32)``, an origin in ``(-2**32, 2**32)``: :meth:`Pool.put` copies a request's segments as they
 are and adds ``base << 32`` to the two index rows.
 
@@ -44,7 +43,7 @@ from ..core.one_row import OneRowLayout
 from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
 
 #: a request's segments as the pool takes them: an int64 (fields, segments) array (from
-#: :mod:`._segments`), or a one-row layout written straight into the entries; their float fields
+#: :mod:`.intake`), or a one-row layout written straight into the entries; their float fields
 Segments: TypeAlias = "np.ndarray | OneRowLayout"
 Floats: TypeAlias = "np.ndarray | None"
 Number: TypeAlias = "int | float"
@@ -56,10 +55,6 @@ NUM_FIELDS = ORIGIN + 1  # an entry's fields (the rows of ``data``)
 #: the most entries a pool holds: a key keeps its entry's index (``base``) in the 31 bits above
 #: ``SHIFT`` (int64 keys stay positive), and :meth:`Pool.put` writes it as an int32
 MAX_CAPACITY = 1 << 31
-KEYS, FIELDS = START, slice(T0, ORIGIN + 1)  # ``keys`` and ``fields``, of ``data``
-#: rows of ``fields``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry is
-#: named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
-FT0, FHW0, FWIDTH, FIS_TEXT, OKEY = (r - T0 for r in (T0, HW0, WIDTH, IS_TEXT, ORIGIN))
 FLOAT_T0, FLOAT_HW0 = 0, 1  # rows of ``floats``
 #: a growing pool holds this many times its live entries (48 bytes each): compaction, which copies the
 #: pool, then runs once per three times the live entries added
@@ -81,7 +76,7 @@ class Pool:
     """
 
     def __init__(self, capacity: int, max_slots: int, floats: bool) -> None:
-        self._use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
+        self.use(_fresh(capacity, 0), np.zeros((2, capacity), dtype=np.float64) if floats else None)
         self.top = 0  # first never-used entry
         self.frozen = False
         # per engine slot, Python ints (an admission reads and writes one of each; compaction all)
@@ -91,16 +86,16 @@ class Pool:
         self.reserved = [0] * max_slots
         self.compactions = 0  # compactions (growth included) over the pool's life
 
-    def _use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
+    def use(self, data: np.ndarray, floats: np.ndarray | None) -> None:
         """Take ``data`` (and ``floats``) as the pool's arrays, with their views."""
         self.data, self.floats, self.capacity = data, floats, data.shape[1]
-        self.keys, self.fields = data[KEYS], data[FIELDS]
+        self.keys = data[START]
         # item access (a memoryview's costs less than numpy's for one value at a time)
         self._data_items = memoryview(data)
         self._float_items = None if floats is None else memoryview(floats)
 
     def put(self, slot: int, ints: Segments, floats: Floats, length: int, delta: Number) -> Span:
-        """Store ``slot``'s segments (from :mod:`._segments`, or a one-row layout written straight into
+        """Store ``slot``'s segments (from :mod:`.intake`, or a one-row layout written straight into
         the entries, int64 tables only) and its decode tail, a text segment from ``length`` whose offsets
         count from index 0 with base ``delta``: positions ``index + delta`` rounded once (float32
         tables), as transformers' float32 ``index + delta``; a live request of ``slot`` is replaced. The
@@ -234,7 +229,7 @@ class Pool:
         data[_INDEX_ROWS, :used] -= shift << SHIFT
         if floats is not None:
             floats[:, :used] = self.floats[:, src]
-        self._use(data, floats)
+        self.use(data, floats)
         firsts = np.array(self.first, dtype=np.int64)
         firsts[held] = new_base
         self.first = firsts.tolist()

@@ -16,8 +16,8 @@
   the rendered rows (:class:`mrope.core.SegmentRows`; None: the rendered rows (t, h, w) as they are,
   the 3-row path).
 
-The host steps (the numpy step of :mod:`._numpy_step`, the float32 step of :mod:`._float`, the kernel
-of :mod:`._compiled` given these arrays) and the device mirror (:mod:`.device`) read it; only
+The host steps (the numpy step of :mod:`.host_step`, the kernel of :mod:`.compiled_step` given these
+arrays) and the device mirror (:mod:`.device`) read it; only
 :class:`SlotState`'s methods change it (admission, removal, growth).
 """
 
@@ -41,7 +41,7 @@ FLOAT_MAX_INDEX = 1 << 24
 POSITION_BOUND = LARGEST_POSITION + 1
 FLOAT_POSITION_BOUND = 1 << 24
 DEAD = np.iinfo(np.int64).max  # prompt length of a free slot: no index is ever "past" it
-#: rows of ``SlotState.info``. The compiled step (:mod:`._compiled`) bakes them in; its numba cache entry
+#: rows of ``SlotState.info``. The compiled step (:mod:`.compiled_step`) bakes them in; its numba cache entry
 #: is named after a digest of them (:mod:`mrope._numba_cache`), so a change here compiles it anew.
 PLEN, DELTA, KEY = 0, 1, 2
 
@@ -54,7 +54,9 @@ class SlotState:
     ) -> None:
         self.max_slots = max_slots
         self.num_dims = num_dims
-        # set by the table's first request (PositionTable.add); until then the index rows lead
+        #: the rows of the table's requests, fixed by its first one (:meth:`fix_rows`), and how the steps
+        #: write them (None: the rendered (t, h, w) as they are; until fixed, the index rows lead)
+        self.family_rows: SegmentRows | None = None
         self.rows: SegmentRows | None = None if num_dims == 3 else SegmentRows(num_dims - 3)
         self.floats = floats
         self.max_index = FLOAT_MAX_INDEX if floats else MAX_INDEX
@@ -73,12 +75,21 @@ class SlotState:
         self.pool = Pool(capacity, max_slots, floats)
         self.lock = threading.Lock()
 
+    def fix_rows(self, rows: SegmentRows) -> None:
+        """The rows of every request from now on (the first request's, or a loaded table's)."""
+        self.family_rows = rows
+        self.rows = None if rows.plain else rows
+
     def is_live(self, slot: int) -> bool:
         """``slot`` (an int in range) holds a request."""
         return self.pool.count[slot] > 0
 
     def prompt_length(self, slot: int) -> int:
         return int(self.info[PLEN, slot + 1])
+
+    def prompt_lengths(self, slots: np.ndarray) -> np.ndarray:
+        """The prompt lengths of ``slots`` (live, in range: a step checked them)."""
+        return self.info[PLEN].take(slots + 1)
 
     def delta(self, slot: int) -> int | float:
         column = slot + 1
@@ -125,6 +136,13 @@ class SlotState:
         """After compaction: the live slots' keys moved with their entries."""
         live, first = self.pool.live()
         self.info[KEY, live + 1] = first << SHIFT
+
+
+def state_bytes(max_slots: int, capacity: int, floats: bool) -> int:
+    """What a :class:`SlotState` allocates: per slot its info (3 int64, a float64 delta in float32 tables)
+    and two Python list entries; per pool entry 6 int64 (2 float64 more in float32 tables)."""
+    per_slot = 8 * (3 + floats) + 16
+    return max_slots * per_slot + capacity * 8 * (6 + 2 * floats)
 
 
 def position_bound(max_position: int | None, floats: bool) -> tuple[int, str]:

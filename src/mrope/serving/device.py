@@ -1,15 +1,15 @@
-"""The device path of :class:`mrope.PositionTable`: the renderer's torch backend (:mod:`._torch_render`:
-segment lookup, render at segments, decode tail) on device tensors.
+"""The device path of :class:`mrope.PositionTable`: the torch backend's primitives (:mod:`mrope.render.torch`:
+segment lookup, render at segments, decode tail) composed into the step, on device tensors.
 
 The table's state (:class:`._state.SlotState`: the pool and per-slot info) is mirrored on the device
 (copied there at admission, the only host-to-device traffic: on CUDA from a pinned staging ring,
 asynchronously, so that admitting a request never waits for the work queued on the device;
-:class:`Staging`). A step is fixed-shape torch ops with N
+:mod:`.staging`). A step is fixed-shape torch ops with N
 given by the caller: no ``.item()``, no ``nonzero``, no boolean-mask indexing, no copy to the host, so
 it neither synchronizes nor blocks CUDA graph capture. Bad values (a free slot, a negative count, a position
 reaching ``max_position``) cannot raise without a synchronization: their columns get 0 and a device
 counter records them; :meth:`DeviceTable.check` (called by :meth:`PositionTable.check`) raises later.
-:meth:`DeviceTable.fill_ragged` runs as one Triton kernel (:mod:`._triton`) where it can, with the same
+:meth:`DeviceTable.fill_ragged` runs as one Triton kernel (:mod:`.triton_step`) where it can, with the same
 rules and the same counter.
 
 A table whose requests give other rows than (t, h, w) (HunYuan-VL: the state's ``rows``) writes the
@@ -23,21 +23,21 @@ each position is the float64 sum rounded once to float32 on the write to ``out``
 from __future__ import annotations
 
 import functools
-from collections import deque
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._backends import overlapping
+from .._arrays import overlapping
 from .._errors import MRopeError
 from ..core.rows import SegmentRows
-from ._pool import FIELDS, KEYS
+from ..core.segments import START
+from ..render.torch import find_segments, render_at, render_tail
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
-from ._torch_render import find_segments, render_at, render_tail
+from .ragged import check_starts
+from .staging import Staging
 
 _DTYPE = torch.int64  # indices, keys, integer fields
-_TORCH_DTYPES = {np.int64: torch.int64, np.float64: torch.float64}  # what the state holds
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -82,7 +82,7 @@ class DeviceTable:
         self.num_dims = state.num_dims
         self._orders: dict[SegmentRows, torch.Tensor] = {}  # the rows of out of the rendered rows
         self.out_dtype = torch.float32 if state.floats else torch.int64
-        self.data = self.keys = self.fields = self.floats = None  # the pool's, as in mrope.serving._pool
+        self.data = self.keys = self.floats = None  # the pool's, as in mrope.serving._pool
         self._staging = Staging(self.device)
         self._copy_pool()
         self.info = torch.from_numpy(state.info).to(self.device)  # (3, max_slots + 2)
@@ -129,8 +129,7 @@ class DeviceTable:
             else:
                 setattr(self, name, torch.from_numpy(host).to(self.device))
         self._staging.copy(pairs)
-        # the views the step reads (the host pool's ``keys`` and ``fields``)
-        self.keys, self.fields = self.data[KEYS], self.data[FIELDS]
+        self.keys = self.data[START]  # the view the lookup reads (the host pool's ``keys``)
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a step since the last check had bad input (synchronizes)."""
@@ -179,7 +178,7 @@ class DeviceTable:
     def fill_ragged(
         self, out: Any, slots: Any, query_start_loc: Any, slot_num_computed: Any, backend: str = "auto"
     ) -> None:
-        """:meth:`PositionTable.fill_ragged` on device tensors: one Triton launch (:mod:`._triton`) for
+        """:meth:`PositionTable.fill_ragged` on device tensors: one Triton launch (:mod:`.triton_step`) for
         an int64 table on a CUDA device, else (``backend="torch"``, a float32 table, Triton missing) the
         torch step of :meth:`fill`, which also writes 0 to the columns of ``out`` outside the queries.
         ``backend="triton"`` forces the kernel (tests run it on CPU tensors under Triton's interpreter)."""
@@ -194,17 +193,14 @@ class DeviceTable:
         ]
         slots, starts, computed = tensors
         n = slots.shape[0]
-        if starts.shape[0] < n + 1:
-            raise MRopeError(
-                f"query_start_loc must have len(slots) + 1 = {n + 1} entries (or more), got {starts.shape[0]}"
-            )
+        check_starts(n, starts.shape[0])
         if backend == "auto":
             triton_ok = self.out_dtype == torch.int64 and self.device.type == "cuda" and _triton_step()
             backend = "triton" if triton_ok else "torch"
         if backend == "triton":
             if self.out_dtype != torch.int64:
                 raise MRopeError("the Triton step of fill_ragged serves int64 tables")
-            from ._triton import fill_ragged
+            from .triton_step import fill_ragged
 
             # the kernel reads the index tensors at stride 1
             slots, starts, computed = (x if x.stride(0) == 1 else x.contiguous() for x in tensors)
@@ -264,7 +260,7 @@ class DeviceTable:
         key = (info[KEY] + nc - ends + ns).index_select(0, req)
         key += col
         seg = find_segments(self.keys, key)  # (clamped: keys of bad requests only)
-        pos = render_at(self.fields, seg, key, self.floats)
+        pos = render_at(self.data, seg, key, self.floats)
         if self.floats is not None:
             pos = pos.to(torch.float32)
         valid = ok.index_select(0, req)
@@ -407,65 +403,11 @@ class DeviceTable:
         return x if x.dtype == _DTYPE or (int32 and x.dtype == torch.int32) else x.to(_DTYPE)
 
 
-class Staging:
-    """Host memory that host-to-device copies read from, as a ring: on CUDA pinned, the copies
-    asynchronous (``non_blocking``), and a part of the ring reused only once the copies that read it
-    have run (an event per admission). An admission thus never waits for the device (a copy from
-    pageable memory would wait for all the work queued before it), and the host state may change as
-    soon as it returns: the copies read a snapshot. On other devices the copies are synchronous and the
-    ring is only reused."""
-
-    MIN_BYTES = 1 << 20
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.buffer = self._allocate(self.MIN_BYTES)
-        self.head = 0  # where the next part starts
-        self.in_flight: deque[tuple[int, int, Any]] = deque()  # (start, end, event) of parts being read
-
-    def copy(self, pairs: list[tuple[torch.Tensor, np.ndarray]]) -> None:
-        """Copy each host array into its device tensor (same shape; int64 or float64) through one part
-        of the ring."""
-        sizes = [host.size * 8 for _, host in pairs]
-        part = self._take(sum(sizes))
-        offset = 0
-        for (device, host), size in zip(pairs, sizes, strict=True):
-            staged = part[offset : offset + size].view(_TORCH_DTYPES[host.dtype.type]).view(host.shape)
-            staged.numpy()[...] = host
-            device.copy_(staged, non_blocking=self.cuda)
-            offset += size
-        if self.cuda and offset:
-            event = torch.cuda.Event()
-            event.record()
-            self.in_flight.append((self.head - offset, self.head, event))
-
-    def _take(self, nbytes: int) -> torch.Tensor:
-        """``nbytes`` of the ring that no copy still reads (waiting for the oldest ones if needed)."""
-        if nbytes > self.buffer.shape[0]:  # a part larger than the ring: a larger ring, once read
-            self._drain()
-            self.buffer = self._allocate(max(nbytes, 2 * self.buffer.shape[0]))
-            self.head = 0
-        if self.head + nbytes > self.buffer.shape[0]:
-            self.head = 0  # wrap around
-        start, end = self.head, self.head + nbytes
-        while self.in_flight and self.in_flight[0][0] < end and start < self.in_flight[0][1]:
-            self.in_flight.popleft()[2].synchronize()  # the oldest part overlaps: its copies must be done
-        self.head = end
-        return self.buffer[start:end]
-
-    def _drain(self) -> None:
-        while self.in_flight:
-            self.in_flight.popleft()[2].synchronize()
-
-    def _allocate(self, nbytes: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
-
-
 @functools.cache
 def _triton_step() -> bool:
-    """Whether the Triton step (:mod:`._triton`) imports: Triton is an optional extra."""
+    """Whether the Triton step (:mod:`.triton_step`) imports: Triton is an optional extra."""
     try:
-        from . import _triton  # noqa: F401
+        from . import triton_step  # noqa: F401
     except ImportError:
         return False
     return True

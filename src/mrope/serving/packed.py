@@ -18,9 +18,9 @@ import numpy as np
 
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
-from ..core.render import render_all
 from ..core.segments import IS_TEXT, ORIGIN, START, WIDTH, SegmentTable
-from ._segments import from_positions, positions_input
+from ..render import render_all
+from .intake import from_positions, positions_input
 
 #: the rows of a packed prompt's segments: ``START ... ORIGIN`` of :mod:`mrope.core.segments`
 NUM_ROWS = ORIGIN + 1

@@ -9,49 +9,39 @@ hold ``entry << 32``, so the keys are sorted over the whole pool and one ``searc
 segment of every scheduled token of every request. Positions then follow the render formula of
 :mod:`mrope.core.segments` (offsets counted from each segment's ``origin``).
 
-This module admits and removes requests and sends each step to its path: numpy ``out`` to the numpy
-step of :mod:`._numpy_step` (which hands float32 tables, Qwen3-Omni, to :mod:`._float`), torch tensors
-to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes vLLM Model Runner V2's
-layout (queries at ``query_start_loc``, counts per slot): the same step on the host, one Triton launch
-(:mod:`._triton`) on a GPU.
+This module admits and removes requests and sends each step to its path: numpy ``out`` to the host step
+(:mod:`.host_step`, or where numba imports the compiled step of :mod:`.compiled_step`: one pass over the
+step's tokens, the same positions and the same errors; ``backend="numpy"`` or ``MROPE_NUMBA=0`` keep
+numpy), torch tensors to the device mirror of :mod:`.device`. :meth:`PositionTable.fill_ragged` takes
+vLLM Model Runner V2's layout (queries at ``query_start_loc``, counts per slot): the same step on the
+host, one Triton launch (:mod:`.triton_step`) on a GPU.
 
 A table of ``num_dims`` rows (HunYuan-VL: 4) holds requests whose family states how its rows follow from
-the rendered rows (:attr:`mrope.Family.segment_rows`: index rows in front, the rendered rows reversed):
-each step renders into the view of ``out`` that takes the rendered rows and writes the index rows beside
-them (:mod:`._rows`; on the device, :mod:`.device`). A 3-row table of (t, h, w) requests runs the steps
-below as they are.
-
-Where numba is installed, an int64 table's numpy ``fill`` and ``decode`` run the compiled step of
-:mod:`._compiled` instead (one pass over the step's tokens, the same positions and the same errors);
-``PositionTable(..., backend="numpy")`` or the environment variable ``MROPE_NUMBA=0`` keep numpy.
+the rendered rows (:attr:`mrope.Family.segment_rows`): each step renders into the view of ``out`` that
+takes the rendered rows and writes the index rows beside them (:mod:`.index_rows`; on the device,
+:mod:`.device`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._backends import is_torch_tensor, numba_allowed
 from .._errors import MRopeError
 from ..core.one_row import OneRowLayout
 from ..core.rows import PLAIN_ROWS, SegmentRows, check_num_dims
 from ..families import Family, MultimodalInputs
 from ._checks import FLOAT32 as _FLOAT32
-from ._checks import INT32 as _INT32
 from ._checks import INT64 as _INT64
-from ._checks import as_index, table_dtype
-from ._numpy_step import NumpyStep
+from ._checks import check_sizes, is_int, table_dtype
 from ._pool import MAX_CAPACITY as _MAX_CAPACITY
-from ._rows import check_rows_out, write_index_rows
-from ._segments import from_positions, nonempty, positions_input
-from ._snapshot import restore, snapshot
-from ._state import PLEN, SlotState
+from ._snapshot import restore, settings_of, snapshot
+from ._state import SlotState, state_bytes
+from .intake import from_positions, nonempty, positions_input
 from .packed import PackedPrompt
+from .steps import Steps
 
-_INT64_MAX = (1 << 63) - 1
-BACKENDS = ("auto", "numba", "numpy")
 #: what reaches a position past ``max_position`` (the message of :meth:`PositionTable._insert`): a request
 #: from its inputs (:meth:`PositionTable.add`), or from the positions given (``add_positions``)
 _FROM_INPUTS = (
@@ -59,31 +49,6 @@ _FROM_INPUTS = (
     "second_per_grid_ts)"
 )
 _FROM_POSITIONS = "the positions given reach {largest} (their largest, or the last index + delta)"
-
-
-def compiled_step(backend: str, floats: bool) -> Any:
-    """The compiled steps of :mod:`._compiled` for a table of ``backend``, by the dtypes of the step's
-    index arrays (:func:`._compiled.step_for`; ``None``: the numpy step).
-
-    ``"auto"``: where numba imports, for int64 tables, unless ``MROPE_NUMBA`` is off (``0``, ``false``,
-    ``off``, ``no``); ``"numba"``: required (:class:`MRopeError` without numba, or for a float32
-    table); ``"numpy"``: never."""
-    if backend not in BACKENDS:
-        raise MRopeError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
-    if backend == "numpy" or (backend == "auto" and (floats or not numba_allowed())):
-        return None
-    if floats:
-        raise MRopeError(
-            "backend='numba' serves int64 tables; a float32 table takes backend='numpy' or 'auto'"
-        )
-    try:
-        from ._compiled import step_for
-    except ImportError as err:  # numba missing, not built for this numpy, or its JIT disabled
-        if backend == "numba":
-            hint = " (pip install numba)" if isinstance(err, ModuleNotFoundError) else ""
-            raise MRopeError(f"backend='numba' needs numba's compiler{hint}: {err}") from None
-        return None
-    return step_for
 
 
 class PositionTable:
@@ -127,7 +92,7 @@ class PositionTable:
         slowed down by float32 tables: each table has one dtype and one step.
     backend : ``"auto"`` (default), ``"numba"`` or ``"numpy"``
         How an int64 table's numpy-path :meth:`fill` and :meth:`decode` run: ``"numba"`` compiles the
-        step into one pass over its tokens (:mod:`mrope.serving._compiled`; needs numba, which every
+        step into one pass over its tokens (:mod:`mrope.serving.compiled_step`; needs numba, which every
         vLLM install has); ``"numpy"`` keeps the vectorized numpy step; ``"auto"`` takes numba where it
         can be imported, unless the environment variable ``MROPE_NUMBA`` is ``0`` (or ``false``, ``off``,
         ``no``, in any case). Both write the same positions and raise the same errors. float32 tables
@@ -170,29 +135,8 @@ class PositionTable:
         backend: str = "auto",
         num_dims: int = 3,
     ) -> None:
-        if not _is_int(max_requests) or max_requests <= 0:
-            raise MRopeError(f"max_requests must be a positive int, got {max_requests!r}")
-        if max_requests > _MAX_CAPACITY:
-            raise MRopeError(
-                f"max_requests must be at most {_MAX_CAPACITY} (2**31: each live request takes a segment "
-                f"entry, and the pool indexes at most that many), got {max_requests}"
-            )
-        if max_position is not None and (not _is_int(max_position) or max_position <= 0):
-            raise MRopeError(f"max_position must be a positive int or None, got {max_position!r}")
-        if max_position is not None and max_position > _INT64_MAX:
-            raise MRopeError(f"max_position must be below 2**63 (positions are int64), got {max_position}")
-        if pool_capacity is not None and (not _is_int(pool_capacity) or pool_capacity <= 0):
-            raise MRopeError(f"pool_capacity must be a positive int or None, got {pool_capacity!r}")
-        if pool_capacity is not None and pool_capacity > _MAX_CAPACITY:
-            raise MRopeError(
-                f"pool_capacity must be at most {_MAX_CAPACITY} (2**31, the entries the pool's keys "
-                f"index), got {pool_capacity}"
-            )
+        capacity = check_sizes(max_requests, max_position, pool_capacity)
         num_dims = check_num_dims(num_dims, "num_dims")
-        if pool_capacity is None:
-            capacity = min(8 * int(max_requests) + 64, _MAX_CAPACITY)
-        else:
-            capacity = int(pool_capacity)
         self.dtype = table_dtype(dtype)
         self.max_requests = int(max_requests)
         self.max_position = None if max_position is None else int(max_position)
@@ -209,33 +153,35 @@ class PositionTable:
         except MemoryError:
             raise MRopeError(
                 f"a table of max_requests={self.max_requests} and pool_capacity={capacity} does not fit "
-                f"in memory (about {_table_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
+                f"in memory (about {state_bytes(self.max_requests, capacity, floats) / 2**30:.1f} GiB)"
             ) from None
         self._state = state
         # the state's parts the table reads, bound once (none is ever replaced: the pool reallocates
         # its own arrays)
-        self._info, self._pool, self._lock = state.info, state.pool, state.lock
+        self._pool, self._lock = state.pool, state.lock
         self.max_index = state.max_index  # sequence indices stay below
         self.num_dims = state.num_dims
-        self._rows = state.rows  # the steps' rows (None: the rendered (t, h, w), the 3-row path)
-        self._family_rows: SegmentRows | None = None  # the requests' rows, fixed by the first one
-        self._numpy = NumpyStep(state)
-        self._kernel = compiled_step(backend, floats)  # None: the numpy step
-        self._steps: dict[tuple[np.dtype, ...], Callable[..., int]] = {}  # by the index arrays' dtypes
-        self.backend = "numpy" if self._kernel is None else "numba"
+        self._steps = Steps(state, backend, device)
+        self.backend = self._steps.backend
         self._backend_asked = backend
-        self._device_name = device
-        self._device = None  # the torch mirror, see mrope.serving.device
-        self._device_columns = 0  # the step columns a new mirror reserves (a loaded table's, else 0)
         if not (isinstance(device, str) and device == "cpu"):
-            self._device_state()
+            self._steps.mirror()
 
     # -- pickle and copy (see _snapshot) ----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return snapshot(self)
+        with self._lock:
+            settings = {
+                "max_requests": self.max_requests,
+                "max_position": self.max_position,
+                "dtype": self.dtype,
+                "backend": self._backend_asked,
+                "num_dims": self.num_dims,
+            }
+            return snapshot(settings, self._state, self._steps)
 
     def __setstate__(self, values: dict[str, Any]) -> None:
-        restore(self, values)
+        self.__init__(**settings_of(values), pool_capacity=1)  # type: ignore[misc]  # (pool replaced)
+        restore(values, self._state, self._steps)
 
     def __copy__(self) -> PositionTable:
         """An independent table (as :meth:`__deepcopy__`): a copy sharing the pool would corrupt both."""
@@ -243,7 +189,7 @@ class PositionTable:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PositionTable:
         copied = type(self).__new__(type(self))
-        restore(copied, snapshot(self))  # the snapshot's arrays are copies already
+        copied.__setstate__(self.__getstate__())  # the snapshot's arrays are copies already
         memo[id(self)] = copied
         return copied
 
@@ -251,7 +197,7 @@ class PositionTable:
     def __contains__(self, slot: int) -> bool:
         """Whether ``slot`` holds a request (an int out of range holds none; anything else but an int
         raises :class:`MRopeError`)."""
-        if not _is_int(slot):
+        if not is_int(slot):
             raise MRopeError(f"slot must be an int, got {slot!r}")
         with self._lock:
             return 0 <= slot < self.max_requests and self._state.is_live(slot)
@@ -296,7 +242,7 @@ class PositionTable:
         to grow, for ``segments`` beyond 2**31, a size that cannot be allocated, or ``tokens`` without
         torch (the device path's scratch)."""
         for name, value in (("segments", segments), ("tokens", tokens)):
-            if value is not None and (not _is_int(value) or value < 0):
+            if value is not None and (not is_int(value) or value < 0):
                 raise MRopeError(f"{name} must be an int >= 0 or None, got {value!r}")
         if segments is not None and segments > _MAX_CAPACITY:
             raise MRopeError(
@@ -315,11 +261,11 @@ class PositionTable:
             # growth changes no state a caller sees)
             if tokens is not None:
                 why = "reserve(tokens=...) sizes the device path's scratch, which"
-                self._device_state(why=why).reserve(int(tokens))
+                self._steps.mirror(why=why).reserve(int(tokens))
             if grow:
                 self._state.grow(int(segments))
-                if self._device is not None:
-                    self._device.sync_all()
+                if self._steps.device is not None:
+                    self._steps.device.sync_all()
 
     def freeze(self) -> None:
         """Fix the addresses of the table's device tensors (e.g. before CUDA graph capture): from now on
@@ -465,8 +411,8 @@ class PositionTable:
         with self._lock:
             slot = self._live_slot(slot)
             lo, hi = self._state.release(slot)
-            if self._device is not None:
-                self._device.sync(lo, hi, slot + 1)
+            if self._steps.device is not None:
+                self._steps.device.sync(lo, hi, slot + 1)
 
     # -- each step --------------------------------------------------------------------------------
     def fill(
@@ -507,17 +453,7 @@ class PositionTable:
             the device (no host synchronization), their columns written as 0, and :meth:`check` raises.
         """
         with self._lock:
-            if self._rows is not None:  # not the rendered (t, h, w): the family's rows
-                return self._fill_rows(out, slots, num_computed, num_scheduled, num_tokens, False)
-            if type(out) is np.ndarray:
-                if self._kernel is not None:
-                    num = self._compiled(out, slots, num_computed, num_scheduled, False, num_tokens)
-                    if num >= 0:
-                        return num
-            elif is_torch_tensor(out):
-                device = self._device_state(out.device)
-                return device.fill(out, slots, num_computed, num_scheduled, num_tokens)
-            return self._numpy.fill(out, slots, num_computed, num_scheduled, num_tokens)
+            return self._steps.run(out, slots, num_computed, num_scheduled, num_tokens, False)
 
     def decode(self, out: Any, slots: Any, seq_lens: Any) -> int:
         """Decode positions ``seq_lens - 1 + delta[slots]`` on every row of ``out[:, :num_reqs]``.
@@ -528,16 +464,7 @@ class PositionTable:
         seed's SGLang path); with numpy it is :meth:`fill` with one token per request. Returns num_reqs.
         """
         with self._lock:
-            if self._rows is not None:  # not the rendered (t, h, w): the family's rows
-                return self._fill_rows(out, slots, seq_lens, seq_lens, None, True)
-            if type(out) is np.ndarray:
-                if self._kernel is not None:
-                    num = self._compiled(out, slots, seq_lens, seq_lens, True, None)
-                    if num >= 0:
-                        return num
-            elif is_torch_tensor(out):
-                return self._device_state(out.device).decode(out, slots, seq_lens)
-            return self._numpy.decode(out, slots, seq_lens)
+            return self._steps.run(out, slots, seq_lens, seq_lens, None, True)
 
     def fill_ragged(self, out: Any, slots: Any, query_start_loc: Any, slot_num_computed: Any) -> None:
         """Write one engine step's positions in vLLM Model Runner V2's layout (``prepare_positions``).
@@ -571,52 +498,7 @@ class PositionTable:
             raises.
         """
         with self._lock:
-            if is_torch_tensor(out) and out.device.type != "cpu":
-                self._device_state(out.device).fill_ragged(out, slots, query_start_loc, slot_num_computed)
-                return
-            if is_torch_tensor(out):
-                try:
-                    out = out.numpy()  # a view: the host path writes into the tensor
-                except (RuntimeError, TypeError) as err:
-                    raise MRopeError(f"out cannot be written through numpy: {err}") from None
-            elif type(out) is not np.ndarray:
-                raise MRopeError(f"out must be a numpy array or a torch tensor, got {type(out).__name__}")
-            slots = as_index(slots, "slots")
-            starts = as_index(query_start_loc, "query_start_loc")
-            computed = as_index(slot_num_computed, "slot_num_computed")
-            n = slots.shape[0]
-            if starts.shape[0] < n + 1:
-                raise MRopeError(
-                    f"query_start_loc must have len(slots) + 1 = {n + 1} entries (or more), "
-                    f"got {starts.shape[0]}"
-                )
-            first = int(starts[0]) if n else 0
-            if first < 0:
-                raise MRopeError(f"query_start_loc[0] = {first}: columns are >= 0")
-            try:
-                nc = computed.take(slots)  # a negative slot reads an entry here, and fill refuses it
-            except IndexError:
-                i = int(np.argmax(slots >= computed.shape[0]))
-                raise MRopeError(
-                    f"slots[{i}] = {slots[i]} has no entry in slot_num_computed (length {computed.shape[0]})"
-                ) from None
-            ns = np.subtract(starts[1 : n + 1], starts[:n])
-            view = out[:, first:] if out.ndim == 2 else out
-            try:
-                if self._rows is not None:
-                    self._fill_rows(view, slots, nc, ns, None, False)
-                    return
-                if self._kernel is not None and self._compiled(view, slots, nc, ns, False, None) >= 0:
-                    return
-                self._numpy.fill(view, slots, nc, ns, None)
-            except MRopeError:
-                decreasing = starts[1 : n + 1] < starts[:n]  # (ns < 0 misses differences that wrap)
-                if decreasing.any():
-                    i = int(np.argmax(decreasing))
-                    raise MRopeError(
-                        f"query_start_loc decreases at request {i}: {starts[i]} then {starts[i + 1]}"
-                    ) from None
-                raise
+            self._steps.ragged(out, slots, query_start_loc, slot_num_computed)
 
     def check(self) -> None:
         """Raise :class:`MRopeError` if a device-path step since the last check had bad input.
@@ -626,33 +508,19 @@ class PositionTable:
         synchronizes anyway (e.g. when it reads the sampled tokens).
         """
         with self._lock:
-            if self._device is not None:
-                self._device.check()
+            if self._steps.device is not None:
+                self._steps.device.check()
 
     # -- internals --------------------------------------------------------------------------------
-    def _device_state(self, device: Any = None, why: str = "") -> Any:
-        if self._device is None:
-            try:
-                from .device import DeviceTable
-            except ImportError as err:
-                what = why or f"device={self._device_name!r} asks for the device path, which"
-                raise MRopeError(f"{what} needs torch (pip install 'mrope[torch]'): {err}") from None
-            mirror = DeviceTable(
-                self._state, self._device_name if device is None else device, self._device_columns
-            )
-            if mirror.device.type == "meta":
-                raise MRopeError(
-                    "the meta device holds no values (shapes only): the device path needs a device that "
-                    "computes (cpu, cuda, ...)"
-                )
-            self._device = mirror
-        self._device.check_device(device)
-        return self._device
+    @property
+    def _family_rows(self) -> SegmentRows | None:
+        """The rows of the table's requests, fixed by the first one (None before it)."""
+        return self._state.family_rows
 
     def _slot(self, slot: Any) -> int:
         """``slot`` as an int in ``[0, max_requests)``."""
         if type(slot) is not int:
-            if not _is_int(slot):
+            if not is_int(slot):
                 raise MRopeError(f"slot must be an int, got {slot!r}")
             slot = int(slot)
         if not 0 <= slot < self.max_requests:
@@ -678,7 +546,7 @@ class PositionTable:
         source: str = _FROM_INPUTS,
     ) -> None:
         """Register the request in ``slot`` (checked here: an int in range, free unless ``replace``) from
-        its segments (:mod:`._segments`, or a one-row layout), after the checks of its length and
+        its segments (:mod:`.intake`, or a one-row layout), after the checks of its length and
         largest position; its ``rows`` (the family's) fix the table's at its first request. ``source``:
         what reached the largest position, for the message (:data:`_FROM_INPUTS`, :data:`_FROM_POSITIONS`)."""
         if type(slot) is not int or not 0 <= slot < self.max_requests:
@@ -698,48 +566,13 @@ class PositionTable:
                 raise MRopeError(f"slot {slot}: {reach}, beyond {self._state.bound_text}")
             lo, hi, moved = self._state.insert(slot, ints, floats, length, delta)
             if self._family_rows is None:  # the first request: the steps apply its rows from now on
-                self._family_rows = rows
-                self._rows = self._state.rows = None if rows.plain else rows
-            if self._device is not None:
+                self._state.fix_rows(rows)
+            device = self._steps.device
+            if device is not None:
                 if moved:
-                    self._device.sync_all()
+                    device.sync_all()
                 else:
-                    self._device.sync(lo, hi, slot + 1)
-
-    def _fill_rows(
-        self, out: Any, slots: Any, first: Any, count: Any, num_tokens: int | None, decode: bool
-    ) -> int:
-        """:meth:`fill` (``decode``: :meth:`decode`, ``first`` holding seq_lens) of a table whose rows are
-        not the rendered (t, h, w): the one step into the view of ``out`` that takes the rendered rows,
-        then the index rows (:mod:`._rows`); torch tensors go to the device path, which applies them."""
-        if is_torch_tensor(out):
-            device = self._device_state(out.device)
-            if decode:
-                return device.decode(out, slots, first)
-            return device.fill(out, slots, first, count, num_tokens)
-        if type(out) is not np.ndarray:
-            raise MRopeError(f"out must be a numpy array (or a torch tensor), got {type(out).__name__}")
-        rows = self._rows
-        check_rows_out(out, rows.num_dims, self.dtype)
-        view = rows.rendered(out)
-        num = -1
-        if self._kernel is not None:
-            num = self._compiled(view, slots, first, count, decode, num_tokens)
-        if num < 0:
-            step = self._numpy
-            num = (
-                step.decode(view, slots, first)
-                if decode
-                else step.fill(view, slots, first, count, num_tokens)
-            )
-        if rows.lead and num:
-            if decode:  # every token past its prompt: the rendered rows' index + delta
-                out[: rows.lead, :num] = view[0, :num]
-            else:  # (the step checked the arrays: their conversions raise nothing)
-                lengths = self._info[PLEN].take(as_index(slots, "slots") + 1)
-                nc, ns = as_index(first, "num_computed"), as_index(count, "num_scheduled")
-                write_index_rows(out, rows.lead, view, lengths, nc, ns, num)
-        return num
+                    device.sync(lo, hi, slot + 1)
 
     def _check_rows(self, rows: SegmentRows, what: str) -> None:
         """Refuse a request of ``rows`` (``what``: its family) unless they are the table's."""
@@ -748,70 +581,9 @@ class PositionTable:
                 f"{what} gives {rows.num_dims} rows of positions {rows.describe()}, this table holds "
                 f"{self.num_dims}: create it with PositionTable(..., num_dims={rows.num_dims})"
             )
-        if self._family_rows is not None and rows != self._family_rows:
+        fixed = self._family_rows
+        if fixed is not None and rows != fixed:
             raise MRopeError(
                 f"{what} gives the rows {rows.describe()}, this table's requests the rows "
-                f"{self._family_rows.describe()} (fixed by its first request): a table serves one "
-                "family's rows"
+                f"{fixed.describe()} (fixed by its first request): a table serves one family's rows"
             )
-
-    def _compiled(
-        self, out: np.ndarray, slots: Any, first: Any, count: Any, decode: bool, num_tokens: Any
-    ) -> int:
-        """The compiled step (:mod:`._compiled`), or -1 where the inputs are not the kernel's kind (the
-        numpy path converts or refuses them). Bad values make the numpy path raise its error."""
-        if type(slots) is not np.ndarray or type(first) is not np.ndarray or type(count) is not np.ndarray:
-            return -1
-        step = self._steps.get((slots.dtype, first.dtype, count.dtype))  # one lookup checks the dtypes
-        if step is None:
-            step = self._new_step(slots.dtype, first.dtype, count.dtype)
-        if (
-            step is None
-            or slots.ndim != 1
-            or first.ndim != 1
-            or count.ndim != 1
-            or out.dtype is not _INT64
-            or out.ndim != 2
-            or not out.flags.writeable
-            or (num_tokens is not None and (type(num_tokens) is not int or num_tokens < 0))
-        ):
-            return -1
-        num = step(  # the kernel checks the arrays' lengths (and returns -1)
-            out,
-            slots,
-            first,
-            count,
-            decode,
-            self._info,
-            self._pool.data,
-            self._state.max_position,  # (the table's bound, always one: see _state.position_bound)
-            self.max_index,
-            -1 if num_tokens is None else num_tokens,
-        )
-        if num < 0:  # bad input, nothing written: the numpy path names the error
-            if decode:
-                self._numpy.decode(out, slots, first)
-            else:
-                self._numpy.fill(out, slots, first, count, num_tokens)
-            raise RuntimeError("mrope internal error: the compiled step refused a step numpy accepts")
-        return num
-
-    def _new_step(self, *dtypes: np.dtype) -> Callable[..., int] | None:
-        """The compiled step for index arrays of ``dtypes``, kept by them; None unless each is int32 or
-        int64 (the numpy path converts the others)."""
-        if any(dtype is not _INT64 and dtype is not _INT32 for dtype in dtypes):
-            return None
-        step = self._steps[dtypes] = self._kernel(*dtypes)
-        return step
-
-
-def _table_bytes(max_requests: int, capacity: int, floats: bool) -> int:
-    """What a table allocates: per slot its info (3 int64, a float64 delta in float32 tables) and two
-    Python list entries; per pool entry 6 int64 (2 float64 more in float32 tables)."""
-    per_slot = 8 * (3 + floats) + 16
-    return max_requests * per_slot + capacity * 8 * (6 + 2 * floats)
-
-
-def _is_int(value: Any) -> bool:
-    """A Python or numpy integer, not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

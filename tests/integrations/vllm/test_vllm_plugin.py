@@ -208,7 +208,7 @@ def test_enable_patches_a_runner_where_one_is_imported() -> None:
         "    plugin.enable()\n"
         "print('BEFORE', 'numba' in sys.modules, 'vllm.v1.worker.gpu_model_runner' in sys.modules)\n"
         "from vllm.v1.worker.gpu_model_runner import GPUModelRunner\n"
-        "compiled = sys.modules.get('mrope.serving._compiled')\n"
+        "compiled = sys.modules.get('mrope.serving.compiled_step')\n"
         "print('OVERLOADS', 0 if compiled is None else len(compiled.fill.overloads))\n"
         "from mrope.integrations.vllm import v1\n"
         "print('PATCHED', v1.vllm_init_positions() is not None)\n"

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._backends import int_list, to_grid_array
+from ..._arrays import int_list, to_grid_array
 from ..._errors import MRopeError
 from ...families import Family
 from ...families.inputs import PromptItem

@@ -14,7 +14,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..._backends import env_mode
+from ..._env import env_mode
 from ..._errors import MRopeError
 from .._on_import import cancel, when_imported
 from . import v1, v2

@@ -1,14 +1,16 @@
-"""The numpy step of a :class:`mrope.serving.PositionTable`: ``fill`` and ``decode`` vectorized.
+"""The host step of a :class:`mrope.serving.PositionTable`: ``fill`` and ``decode`` vectorized with numpy,
+for int64 and float32 tables alike.
 
-:class:`NumpyStep` converts and checks the step's index arrays, then hands a float32 table's step to
-:mod:`._float` and runs an int64 table's here: one ``searchsorted`` over the pool's keys
-(``base << 32 | start``, sorted over the whole pool, see :mod:`._state`) finds the segment of every
-scheduled token of every request, and :mod:`mrope.core.renderer` renders them. Steps where every token
-lies past its prompt (decode, speculative decode) skip the search: ``index + delta[slot]``, the decode
-tail. The count of numpy calls is the cost (~1 us each, whatever the batch): the checks are a few
-reductions over per-request scratch kept between steps, compared as bytes where they can be.
+:class:`HostStep` converts and checks the step's index arrays, then composes the numpy backend's
+primitives (:mod:`mrope.render.numpy`) once (:meth:`HostStep._positions`): one ``searchsorted`` over the
+pool's keys (``base << 32 | start``, sorted over the whole pool, see :mod:`._pool`) finds the segment of
+every scheduled token of every request and ``render_at`` renders them; a step whose tokens all lie past
+their prompts (decode, speculative decode) skips the search: ``index + delta``, the decode tail. The count
+of numpy calls is the cost (~1 us each, whatever the batch): an int64 table's checks are a few reductions
+over per-request scratch kept between steps, compared as bytes where they can be. A float32 table
+(Qwen3-Omni) reads ``t0``, ``hw0`` and the deltas from its float64 arrays and rounds each position once.
 
-It is also the reference for the compiled step (:mod:`._compiled`): where the kernel refuses a step,
+It is also the reference for the compiled step (:mod:`.compiled_step`): where the kernel refuses a step,
 the table runs this one, whose checks (:mod:`._checks`) raise the error, so both refuse the same input
 with the same message. The table's lock is held around every call (the scratch is shared state).
 """
@@ -20,9 +22,18 @@ from typing import Any
 import numpy as np
 
 from .._errors import MRopeError
-from ..core.renderer import find_segments, render_at, render_tail
-from ._checks import INT32, INT64, SIGN, as_index, check_max, check_out, refuse_prompt_decode, validate
-from ._float import fill_float
+from ..render.numpy import find_segments, render_at, render_tail
+from ._checks import (
+    FLOAT32,
+    INT32,
+    INT64,
+    SIGN,
+    as_index,
+    check_max,
+    check_out,
+    refuse_prompt_decode,
+    validate,
+)
 from ._state import DEAD, DELTA, KEY, PLEN, SlotState
 
 #: rows of the per-request scratch: LAST (end + delta), END (num_computed + num_scheduled), NC and NS
@@ -31,8 +42,8 @@ LAST, END, NC, NS, INFO = range(5)
 _INT32_MAX = (1 << 31) - 1
 
 
-class NumpyStep:
-    """The numpy step over one table's state (:class:`._state.SlotState`) and its scratch, grown to the
+class HostStep:
+    """The host step over one table's state (:class:`._state.SlotState`) and its scratch, grown to the
     largest step seen (never shrunk)."""
 
     def __init__(self, state: SlotState) -> None:
@@ -41,6 +52,7 @@ class NumpyStep:
         self._state = state
         self._info, self._pool = state.info, state.pool
         self._floats = state.floats
+        self.dtype = FLOAT32 if state.floats else INT64  # out's
         self._max_slots = state.max_slots
         self._max_index = state.max_index  # sequence indices stay below
         self._max_position = state.max_position  # positions stay below (``state.index_limit``: see fill)
@@ -91,10 +103,10 @@ class NumpyStep:
                 f"slots, num_computed and num_scheduled must have one length, got {n}, "
                 f"{nc.shape[0]}, {ns.shape[0]}"
             )
-        if self._floats:
-            return fill_float(self._state, out, slots, nc, ns, num_tokens, seq_lens)
         if n == 0:
-            return check_out(out, 0, num_tokens)
+            return check_out(out, 0, num_tokens, self.dtype)
+        if self._floats:
+            return self._fill_float(out, slots, nc, ns, num_tokens, seq_lens)
         if self._flags.shape[0] < n:
             self._grow_scratch(n)
         # per-request scratch: rows LAST (end + delta), END (num_computed + num_scheduled),
@@ -150,27 +162,78 @@ class NumpyStep:
                 check_max(last - 1, self._state)
         if num == 0:
             return 0
-        # per request, index (or key) minus column: end - cum (+ delta, or + the slot's key)
-        if before.tobytes() == self._zeros[:n]:  # every token past its prompt: the decode tail
-            if last is None:
-                np.add(end, info[DELTA], out=scratch[LAST])
+        # per request, index minus column: end - cum
+        first = np.subtract(end, cum, out=scratch[END])
+        past = before.tobytes() == self._zeros[:n]  # every token past its prompt: the decode tail
+        self._positions(out, first, ns, num, info, info[DELTA] if past else None)
+        return num
+
+    def _fill_float(
+        self,
+        out: np.ndarray,
+        slots: np.ndarray,
+        nc: np.ndarray,
+        ns: np.ndarray,
+        num_tokens: int | None,
+        seq_lens: np.ndarray | None,
+    ) -> int:
+        """:meth:`fill`'s checks of a float32 table (arguments already index arrays of one length, at
+        least one request), then its positions: the formula in float64 (exact) rounded once to float32,
+        as :func:`mrope.render.render_all` renders ``family.positions()``; past the prompt ``float64(index)
+        + delta`` rounded once (below 2**24, transformers' float32 ``index + delta``)."""
+        state = self._state
+        column = slots + 1  # out-of-range slots read the free columns at both ends (mode="clip")
+        info = state.info.take(column, axis=1, mode="clip")
+        num = validate(state.max_slots, slots, nc, ns, info, state.max_index, seq_lens)
+        if seq_lens is not None and (nc < info[PLEN]).any():
+            refuse_prompt_decode(slots, nc, info[PLEN])
+        check_out(out, num, num_tokens, FLOAT32)
+        delta = state.deltas.take(column, mode="clip")
+        # the last index's position (the int64 step's rule), as float32 rounds it (float32 holds the
+        # integers below the table's bound, 2**24 at most: a position that rounds to it is refused)
+        check_max((nc + ns - 1 + delta).astype(np.float32), state)
+        if num == 0:
+            return 0
+        first = np.subtract(nc + ns, np.cumsum(ns), dtype=np.int64)  # per request, index minus column
+        self._positions(out, first, ns, num, info, delta if (nc >= info[PLEN]).all() else None)
+        return num
+
+    def _positions(
+        self,
+        out: np.ndarray,
+        first: np.ndarray,
+        ns: np.ndarray,
+        num: int,
+        info: np.ndarray,
+        delta: np.ndarray | None,
+    ) -> None:
+        """The positions of the step's ``num`` tokens into ``out[:, :num]``: request ``i``'s ``ns[i]``
+        tokens at consecutive columns, its index minus its first column ``first[i]`` (int64, overwritten).
+        ``delta`` (per request) where every token lies past its prompt: the decode tail (an int64 delta
+        folded into ``first``, a float32 table's added per token, one rounding); ``None``: the lookup and
+        the render of each token in the pool, keyed by its slot's key (``info[KEY]``)."""
+        dest = out[:, :num]
+        if delta is not None:
+            if self._floats:
+                index = first.repeat(ns)
+                index += self._ramp(num)
+                render_tail(dest, index, delta.repeat(ns))
+                return
             # each request's delta is folded into its first index (one add per request, not per token)
-            index = np.subtract(scratch[LAST], cum, out=scratch[LAST]).repeat(ns)
+            index = np.add(first, delta, out=first).repeat(ns)
             index += self._ramp(num)
-            render_tail(out[:, :num], index)
-            return num
-        start = np.subtract(end, cum, out=scratch[END])
-        start += info[KEY]
-        key = start.repeat(ns)
+            render_tail(dest, index)
+            return
+        first += info[KEY]
+        key = first.repeat(ns)
         key += self._ramp(num)
         pool = self._pool
         # the pool's rows are a segment table's, keyed base << 32 | index: one lookup, one render
         seg = find_segments(pool.keys[: pool.top], key)
-        render_at(pool.data, seg, key, out[:, :num], scratch=self._scratch_tokens(num))
-        return num
+        render_at(pool.data, seg, key, dest, floats=pool.floats, scratch=self._scratch_tokens(num))
 
     def _scratch_tokens(self, num: int) -> np.ndarray:
-        """(4, num) int64 scratch for :func:`mrope.core.renderer.render_at` (grown, never shrunk)."""
+        """(4, num) int64 scratch for :func:`mrope.render.numpy.render_at` (grown, never shrunk)."""
         if self._scratch.shape[1] < num:
             self._scratch = np.empty((4, max(num, 2 * self._scratch.shape[1])), dtype=np.int64)
         return self._scratch[:, :num]

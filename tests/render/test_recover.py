@@ -1,4 +1,4 @@
-"""Segments recovered from explicit positions (:func:`mrope.core.segments_of`): any integer positions
+"""Segments recovered from explicit positions (:func:`mrope.render.segments_of`): any integer positions
 render back exactly, and the rule's positions keep about the segments the rule places."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrope.core import render_all, segments_of
+from mrope.render import render_all, segments_of
 from support.engine import CONFIGS, family
 from support.strategies import prompts
 

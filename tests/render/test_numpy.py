@@ -1,12 +1,12 @@
-"""``mrope.core.renderer``: the numpy segment lookup, render at segments and decode tail against a
+"""``mrope.render.numpy``: the numpy segment lookup, render at segments and decode tail against a
 per-token Python reference on arbitrary tables (with and without ``ORIGIN``, int64 and float)."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrope.core.renderer import find_segments, render_at, render_tail
 from mrope.core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH
+from mrope.render.numpy import find_segments, render_at, render_tail
 from support.strategies import segment_data
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .._backends import dtype_name, to_numpy
+from .._arrays import dtype_name, to_numpy
 from .._errors import MRopeError
 from ..core.place import LARGEST_POSITION
-from ..core.recover import segments_of
 from ..core.segments import ORIGIN, START, T0, WIDTH, SegmentTable
+from ..render import segments_of
 
 
 def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -38,7 +38,7 @@ def nonempty(table: SegmentTable, *, floats: bool) -> tuple[np.ndarray, np.ndarr
 
 
 def from_positions(positions: np.ndarray, *, what: str, floats: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Segments that render exactly ``positions`` (3, L) (:func:`mrope.core.recover.segments_of`: text
+    """Segments that render exactly ``positions`` (3, L) (:func:`mrope.render.segments_of`: text
     runs, vision frames and integer positions of any shape); fractional ones that are not text runs and
     frames raise :class:`MRopeError` naming ``what`` they are (e.g. ``"positions of slot 3"``)."""
     table = segments_of(positions, floats=floats)

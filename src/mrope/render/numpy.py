@@ -1,15 +1,5 @@
-"""The renderer: find each token's segment, take its offset, render it (numpy); the one copy of these steps.
-
-Every position mrope computes from a segment table goes through two primitives: a *segment lookup*
-(which segment holds each token) and a *render at segments* (the offset from the segment's origin,
-divided by its width, through :func:`mrope.core.segments.render_formula`), plus the *decode tail*
-(``index + delta`` on every row, the positions past a prompt). Each backend writes these primitives
-once, so that "find the segment, take its offset, render with the formula" is one algorithm: numpy
-here, numba in :mod:`mrope.core.compiled`, torch and Triton in the serving package's device paths.
-
-The one-row fast path (:func:`mrope.core.one_row.render_one_row`) renders a frame with the formula at base 0
-once and translates it (the formula is affine in ``t0`` and ``hw0``), and a text run as a slice of an
-arange: it knows its segments, so it neither looks them up nor divides.
+"""The numpy backend of the render: the segment of each index (:func:`find_segments`), the positions of
+tokens at their segments (:func:`render_at`) and the decode tail (:func:`render_tail`), vectorized.
 
 A table here is any array whose rows follow :mod:`mrope.core.segments` (``START ... IS_TEXT`` and
 optionally ``ORIGIN``): a :class:`mrope.core.SegmentTable`'s ``data`` or the serving pool's ``data``,
@@ -21,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .segments import HW0, IS_TEXT, ORIGIN, T0, WIDTH, render_formula
+from ..core.segments import HW0, IS_TEXT, ORIGIN, T0, WIDTH, render_formula
 
 __all__ = ["find_segments", "render_at", "render_tail"]
 

@@ -1,22 +1,17 @@
-"""The numba backend of the renderer (:mod:`mrope.core.renderer`): the segment lookup
-(:func:`find_segment`), the render of a run of tokens of one segment (:func:`write_run`), the decode tail
-(:func:`write_tail`), and the compiled render of every token of a segment table in one pass, which the
-compiled serving step (:mod:`mrope.serving._compiled`) shares; beside them, the one-pass scan for a few
-items' placeholders (:func:`item_starts`), how the one-prompt path finds its data where the
-compiled backend is loaded.
+"""The numba backend of the render: the segment of an index (:func:`find_segment`), a run of tokens of
+one segment (:func:`render_run`) and the decode tail (:func:`render_tail`), over scalars; composed here
+into the one-pass render of a whole table (:func:`render_table`) and of a prompt of one-frame images
+(:func:`image_positions`, with its scan :func:`item_starts`), and by the compiled serving step
+(:mod:`mrope.serving.compiled_step`).
 
-:func:`mrope.core.render_all` renders with about twenty numpy passes over the stream (a running
-segment count, five gathers, a division, the formula); on a large batch each pass costs a trip through
-memory, and after other work (a model's forward, transformers' own loops) the caches are cold, so the
-passes, not the arithmetic, are the cost. :func:`render_table` writes each token once: it walks the
-segments in order and keeps the quotient and remainder by counting (:func:`write_run`). The formula is
-the one of :mod:`mrope.core.segments` (:func:`render_formula`, compiled over scalars and inlined); the
-tests check that this render and the numpy one give the same positions.
+numpy renders a long stream in about twenty passes over memory; these kernels write each token once,
+walking the segments in order and keeping the quotient and remainder of the offset by counting. The
+formula is :func:`mrope.core.segments.render_formula`, compiled over scalars and inlined.
 
-numba is optional: this module imports it and is loaded by :func:`mrope.core.kernels.compiled_kernel`,
-which returns ``None`` where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache entry is
-named after a digest of what the render compiles (:func:`mrope._numba_cache.cached_njit`: its source,
-the formula's and the field rows it bakes in), so a change to any of them compiles anew.
+numba is optional: :func:`mrope.render.choose.compiled_kernel` loads this module, or returns ``None``
+where numba is missing or ``MROPE_NUMBA=0``. numba's on-disk cache entries are named after a digest of
+what they compile (:func:`mrope._numba_cache.cached_njit`), so a change to the formula or the field
+rows compiles anew.
 """
 
 from __future__ import annotations
@@ -25,9 +20,9 @@ import numba
 import numpy as np
 
 from .._numba_cache import cached_njit
-from .blocks import NO_FIT
-from .place import place_block, row_delta
-from .segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
+from ..core.blocks import NO_FIT
+from ..core.place import place_block, row_delta
+from ..core.segments import HW0, IS_TEXT, START, T0, WIDTH, render_formula
 
 _formula = numba.njit(inline="always")(render_formula)  # over scalars: returns (t, h, w)
 _place_block = numba.njit(inline="always")(place_block)
@@ -35,7 +30,7 @@ _row_delta = numba.njit(inline="always")(row_delta)
 
 
 @numba.njit(inline="always")
-def write_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN201
+def render_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN201
     """Positions of ``count`` consecutive tokens of one segment into ``out[:, col:col + count]``, the first
     at offset ``o`` from the segment's origin; returns the column after them. The quotient and
     remainder of ``o / width`` are divided once, then counted."""
@@ -56,10 +51,10 @@ def write_run(out, col, count, o, width, t0, hw0, is_text):  # noqa: ANN001, ANN
 
 
 @numba.njit(inline="always")
-def write_tail(out, col, count, index, delta):  # noqa: ANN001, ANN201
+def render_tail(out, col, count, index, delta):  # noqa: ANN001, ANN201
     """The decode tail: ``index + delta`` on all three rows of ``count`` tokens from ``index`` into ``out``
     from column ``col`` (a text run with base ``delta``, offsets from index 0); returns the column after."""
-    return write_run(out, col, count, index, 1, delta, delta, 1)
+    return render_run(out, col, count, index, 1, delta, delta, 1)
 
 
 @numba.njit(inline="always")
@@ -86,7 +81,7 @@ def render_table(out, data, origin_row, length):  # noqa: ANN001, ANN201
         start = data[START, s]
         end = min(data[START, s + 1], length) if s + 1 < n else length
         if end > start:
-            write_run(
+            render_run(
                 out,
                 start,
                 end - start,
@@ -133,7 +128,7 @@ def image_positions(ids, token_id, stop_id, grids, merge, out):  # noqa: ANN001,
     before the spatial ``merge``) found in ``ids`` by :func:`item_starts`' scan, and the delta; ``NO_FIT``
     where they do not fit their placeholders (or at ``stop_id``). One pass: the place of
     :func:`mrope.core.place.place_rows` (:func:`~mrope.core.place.place_block`, :func:`~mrope.core.place
-    .row_delta`) and the render of :func:`write_run`, for an engine's prompt in a cold cache."""
+    .row_delta`) and the render of :func:`render_run`, for an engine's prompt in a cold cache."""
     num = grids.shape[0]
     starts = np.empty(num, dtype=np.int64)
     for k in range(num):
@@ -144,14 +139,14 @@ def image_positions(ids, token_id, stop_id, grids, merge, out):  # noqa: ANN001,
     for k in range(num):
         start, height, width = starts[k], grids[k, 1] // merge, grids[k, 2] // merge
         if start > col:  # the text before it
-            write_run(out, col, start - col, 0, 1, col + shift, col + shift, 1)
+            render_run(out, col, start - col, 0, 1, col + shift, col + shift, 1)
         # one frame: text resumes max(H', W') after the base in both conventions (text_advance)
         extent = height if height > width else width
         base, shift, reach = _place_block(start, height * width, extent, extent, shift, reach)
-        col = write_run(out, start, height * width, 0, width, base, base, 0)
+        col = render_run(out, start, height * width, 0, width, base, base, 0)
     length = ids.shape[0]
     if length > col:
-        write_run(out, col, length - col, 0, 1, col + shift, col + shift, 1)
+        render_run(out, col, length - col, 0, 1, col + shift, col + shift, 1)
     return _row_delta(length, shift, reach)
 
 

@@ -1,6 +1,6 @@
-"""The numba backend's scan (:func:`mrope.core.compiled.item_starts`) against numpy's
+"""The numba backend's scan (:func:`mrope.render.numba.item_starts`) against numpy's
 (:func:`mrope.core.blocks.locate_few`), and how the backend is loaded
-(:func:`mrope.core.kernels.compiled_kernel`)."""
+(:func:`mrope.render.choose.compiled_kernel`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from support.peers import require_module
 
 require_module("numba")
 
-from mrope.core.compiled import item_starts, item_starts_int64  # noqa: E402
+from mrope.render.numba import item_starts, item_starts_int64  # noqa: E402
 
 TOKEN, STOP = 7, 9
 
@@ -54,7 +54,7 @@ def test_a_short_call_never_loads_the_compiled_backend():
     mrope reads once per process (again after ``read_numba_env_again()``)."""
     code = (
         "import sys, os\n"
-        "from mrope.core.kernels import compiled_kernel, read_numba_env_again\n"
+        "from mrope.render.choose import compiled_kernel, read_numba_env_again\n"
         "assert compiled_kernel('item_starts', load=False) is None\n"
         "assert 'numba' not in sys.modules\n"
         "assert compiled_kernel('item_starts') is not None\n"

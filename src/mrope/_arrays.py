@@ -6,7 +6,6 @@ torch is imported only when a caller already passed a torch tensor (it is then i
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from typing import Any
 
@@ -14,47 +13,7 @@ import numpy as np
 
 from ._errors import MRopeError
 
-#: the environment variable that turns off mrope's compiled (numba) paths: ``MROPE_NUMBA=0`` (or
-#: ``false``, ``off``, ``no``, in any case, as ``MROPE_VLLM`` reads them)
-NUMBA_ENV = "MROPE_NUMBA"
-#: the values of an environment variable that mean "off" (``MROPE_NUMBA``, ``MROPE_VLLM``)
-OFF_VALUES = ("0", "false", "off", "no")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: the values of an integration's environment variable (``MROPE_VLLM``, ``MROPE_SGLANG``) that mean "on"
-ON_VALUES = ("1", "true", "on", "yes", "mrope")
-
-
-def env_mode(name: str) -> str | None:
-    """The mode an integration's environment variable asks for: None (unset or off), ``"mrope"`` (on), or
-    the value as written (``"check"``; ``enable`` refuses anything else)."""
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("", *OFF_VALUES):
-        return None
-    return "mrope" if value in ON_VALUES else value
-
-
-#: the values of ``MROPE_NUMBA`` that mean "on" (as does unset or empty)
-NUMBA_ON_VALUES = ("1", "true", "on", "yes")
-
-
-@functools.cache
-def numba_allowed() -> bool:
-    """Whether mrope may use its compiled paths where numba imports: ``MROPE_NUMBA`` unset, empty, ``1``,
-    ``true``, ``on`` or ``yes`` (in any case); not where it is ``0``, ``false``, ``off`` or ``no``. Any
-    other value (``maybe``, a typo) raises :class:`MRopeError` naming it, at every call that chooses a
-    path, rather than count silently as one or the other. Read once per process, when mrope first
-    chooses a path: reading the environment costs some 10 us in a cold cache, more than a short call's
-    whole work (an engine's prompt); :func:`mrope.core.kernels.read_numba_env_again` reads it again."""
-    given = os.environ.get(NUMBA_ENV, "")
-    value = given.strip().lower()
-    if value in OFF_VALUES:
-        return False
-    if value in ("", *NUMBA_ON_VALUES):
-        return True
-    raise MRopeError(
-        f"{NUMBA_ENV}={given!r} is neither off ({', '.join(OFF_VALUES)}: mrope keeps numpy) nor on "
-        f"({', '.join(NUMBA_ON_VALUES)}, or unset: mrope compiles with numba where it imports)"
-    )
 
 
 def overlapping(shape: Any, strides: Any, itemsize: int = 1) -> bool:

@@ -1,6 +1,6 @@
-"""``mrope.core.render``: positions of every token (``render_all`` of the segment table) and of
+"""``mrope.render.table``: positions of every token (``render_all`` of the segment table) and of
 arbitrary indices (``render``), against the per-token reference ``tests/support/reference.py``; the compiled
-render (:mod:`mrope.core.compiled`) against the numpy one on arbitrary tables."""
+render (:mod:`mrope.render.numba`) against the numpy one on arbitrary tables."""
 
 import importlib
 
@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrope.core.blocks import Blocks
-from mrope.core.place import COMPATS, place
-from mrope.core.render import COMPILED_FROM, build_segments, render, render_all
+from mrope.core.place import COMPATS, build_segments, place
 from mrope.core.segments import FIELDS, NUM_BASE_FIELDS, SegmentTable
+from mrope.render.table import COMPILED_FROM, render, render_all
 from support.peers import require
 from support.reference import stream_positions
 from support.strategies import Stream, streams
 
-# the module (``mrope.core.render`` is also the name of its function ``render``)
-render_module = importlib.import_module("mrope.core.render")
+# the module (``mrope.render`` also names its function ``render``)
+render_module = importlib.import_module("mrope.render.table")
 compats = pytest.mark.parametrize("compat", COMPATS)
 # the core is pure numpy and fast: explore more than the peer tests do
 many = settings(max_examples=settings.default.max_examples * 5)

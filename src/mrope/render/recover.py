@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .render import render_all
-from .segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, SegmentTable
+from ..core.segments import HW0, IS_TEXT, ORIGIN, START, T0, WIDTH, SegmentTable
+from .table import render_all
 
 
 def segments_of(positions: np.ndarray, *, floats: bool = False) -> SegmentTable | None:

@@ -2,84 +2,36 @@
 request of the step, no host synchronization (CUDA-graph capturable).
 
 Program ``i`` reads its request's slot, columns ``query_start_loc[i] ... query_start_loc[i + 1] - 1``
-and first sequence index ``slot_num_computed[slot]``, then walks its tokens in blocks of lanes. Each lane
-finds its token's segment by a binary search over the whole pool's keys (``_find_segment``, the Triton
-segment lookup of :mod:`mrope.core.renderer`; the keys are sorted over the pool, each slot's decode tail
-covering every index past its prompt: see :mod:`._pool`), and renders its positions (``_render_at``) with
-:func:`mrope.core.segments.render_formula`, compiled here by ``triton.jit``. Bad values (a slot holding no
-request, a negative count, an index reaching the table's bound, a position reaching ``max_position``,
-columns outside ``out``) write 0 in the request's columns inside ``out`` and add 1 to the device error
-counter that :meth:`PositionTable.check` reads; every load index is clamped into its tensor.
+and first sequence index ``slot_num_computed[slot]``, then walks its tokens in blocks of lanes: each lane
+finds its token's segment in the whole pool and renders it (the Triton backend,
+:mod:`mrope.render.triton`; each slot's decode tail covers every index past its prompt). Bad values (a
+slot holding no request, a negative count, an index reaching the table's bound, a position reaching
+``max_position``, columns outside ``out``) write 0 in the request's columns inside ``out`` and add 1 to
+the device error counter that :meth:`PositionTable.check` reads; every load index is clamped.
 
 A table whose requests give other rows than (t, h, w) (HunYuan-VL) compiles its own kernel: the rows
 ``T_ROW``, ``H_ROW``, ``W_ROW`` of ``out`` that take the rendered rows (``SegmentRows.order``) and ``LEAD``
-index rows in front (each token's index inside its prompt, the rendered ``index + delta`` past it); the
-3-row kernel (rows 0, 1, 2, no index row) is the one it always was.
+index rows in front (each token's index inside its prompt, the rendered ``index + delta`` past it).
 """
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from ..core.segments import render_formula
-from ._pool import FHW0, FIS_TEXT, FT0, FWIDTH, OKEY
+from ..render.triton import find_segment, render_at
 from ._state import DEAD, DELTA, KEY, PLEN
-
-
-def _jit(fn: types.FunctionType) -> Any:
-    """``triton.jit`` of ``fn`` (its code object, so its one source) with ``triton.language`` added to its
-    globals: Triton's interpreter requires that of every jitted function, and :mod:`mrope.core.segments`
-    does not import Triton."""
-    scope = {**fn.__globals__, "tl": tl}
-    return triton.jit(types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__))
-
-
-_formula = _jit(render_formula)
 
 _PLEN = tl.constexpr(PLEN)
 _DELTA = tl.constexpr(DELTA)
 _KEY = tl.constexpr(KEY)
 _DEAD = tl.constexpr(DEAD)
-_FT0 = tl.constexpr(FT0)
-_FHW0 = tl.constexpr(FHW0)
-_FWIDTH = tl.constexpr(FWIDTH)
-_FIS_TEXT = tl.constexpr(FIS_TEXT)
-_OKEY = tl.constexpr(OKEY)
 
 BLOCK = 1024  # lanes of a program (tokens per iteration of its loop), as vLLM's kernel
 NUM_WARPS = 8  # sm_90: 78 registers, no spills
-
-
-@triton.jit
-def _find_segment(keys_ptr, key, capacity, search_steps, mask, BLOCK: tl.constexpr):
-    """The segment lookup of a block of lanes: the last pool entry whose key is ``<= key`` (a branchless
-    binary search from entry 0, whose key, 0, is ``<=`` all; ``search_steps``: ``capacity.bit_length()``)."""
-    seg = tl.zeros([BLOCK], dtype=tl.int64)
-    for step in range(search_steps):
-        probe = seg + (1 << (search_steps - 1 - step))
-        inside = probe < capacity
-        probe_key = tl.load(keys_ptr + tl.where(inside, probe, 0), mask=mask, other=0)
-        seg = tl.where(inside & (probe_key <= key), probe, seg)
-    return seg
-
-
-@triton.jit
-def _render_at(fields_ptr, fields_row_stride, seg, key, mask):
-    """The render at segments of a block of lanes: positions ``(t, h, w)`` of the tokens at ``key`` in the
-    pool entries ``seg`` (the fields ``T0 ... ORIGIN`` of :mod:`._pool`)."""
-    fields = fields_ptr + seg
-    t0 = tl.load(fields + _FT0 * fields_row_stride, mask=mask, other=0)
-    hw0 = tl.load(fields + _FHW0 * fields_row_stride, mask=mask, other=0)
-    width = tl.load(fields + _FWIDTH * fields_row_stride, mask=mask, other=1)
-    is_text = tl.load(fields + _FIS_TEXT * fields_row_stride, mask=mask, other=0)
-    offset = key - tl.load(fields + _OKEY * fields_row_stride, mask=mask, other=0)
-    quotient = offset // width
-    return _formula(offset, quotient, offset - quotient * width, t0, hw0, is_text)
 
 
 @triton.jit
@@ -95,9 +47,8 @@ def _fill_ragged_kernel(
     info_ptr,
     info_row_stride,
     max_slots,
-    keys_ptr,
-    fields_ptr,
-    fields_row_stride,
+    data_ptr,
+    data_row_stride,
     capacity,
     search_steps,
     errors_ptr,
@@ -137,8 +88,8 @@ def _fill_ragged_kernel(
         col = block + lanes
         mask = col < hi
         key = key_of_column + col
-        seg = _find_segment(keys_ptr, key, capacity, search_steps, mask, BLOCK)
-        t, h, w = _render_at(fields_ptr, fields_row_stride, seg, key, mask)
+        seg = find_segment(data_ptr, data_row_stride, key, capacity, search_steps, mask, BLOCK)
+        t, h, w = render_at(data_ptr, data_row_stride, seg, key, mask)
         dest = out_ptr + col * out_col_stride
         tl.store(dest + T_ROW * out_row_stride, tl.where(ok, t, 0), mask=mask)
         tl.store(dest + H_ROW * out_row_stride, tl.where(ok, h, 0), mask=mask)
@@ -165,8 +116,8 @@ def fill_ragged(
     if num_requests == 0:
         return
     state = device.state
-    keys, fields = device.keys, device.fields
-    capacity = keys.shape[0]
+    data = device.data
+    capacity = data.shape[1]
     max_position = state.max_position
     rows = state.rows
     t_row, h_row, w_row = (0, 1, 2) if rows is None else rows.order
@@ -182,9 +133,8 @@ def fill_ragged(
         device.info,
         device.info.stride(0),
         device.max_slots,
-        keys,
-        fields,
-        fields.stride(0),
+        data,
+        data.stride(0),
         capacity,
         capacity.bit_length(),
         device.errors,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backends import overlapping
+from .._arrays import overlapping
 from .._errors import MRopeError
 
 
