@@ -14,8 +14,17 @@ from pathlib import Path
 from support import peers
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Qwen2.5-VL-3B-Instruct's config (the fields the position rule reads)
+QWEN2_5_VL_3B = {
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+}
 
-__all__ = ["ROOT", "main", "peers"]
+__all__ = ["QWEN2_5_VL_3B", "ROOT", "main", "peers"]
 
 
 def main(

@@ -38,14 +38,8 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-CONFIG = {
-    "model_type": "qwen2_5_vl",
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
-}
+from _common import QWEN2_5_VL_3B
+
 GRID = [1, 36, 36]
 IMAGE = [151652] + [151655] * (36 * 36 // 4) + [151653]
 TEXT = list(range(1000, 1300))
@@ -58,7 +52,7 @@ def core_cases() -> dict[str, Callable[[], Any]]:
     import mrope
     from mrope.families import PromptItem
 
-    family = mrope.from_config(CONFIG)
+    family = mrope.from_config(QWEN2_5_VL_3B)
     table = mrope.PositionTable(8)
 
     def add(ids: list[int], **inputs: Any) -> Callable[[], None]:
@@ -88,7 +82,7 @@ def vllm_cases() -> dict[str, Callable[[], Any]]:
     from mrope.integrations.vllm import v1, v2
     from mrope.integrations.vllm.features import VLLM_SETTINGS, feature_spec
 
-    family = mrope.from_config(CONFIG, **VLLM_SETTINGS)
+    family = mrope.from_config(QWEN2_5_VL_3B, **VLLM_SETTINGS)
     features = [feature_spec("image", OFFSET, len(IMAGE) - 2, {"image_grid_thw": torch.tensor(GRID)})]
 
     class Runner(SimpleNamespace):  # (the runner state keeps a weak reference to it)
@@ -140,7 +134,7 @@ def sglang_cases() -> dict[str, Callable[[], Any]]:
 
     context = SimpleNamespace(deterministic=SimpleNamespace(rl_on_policy_target=None))
     runtime_context.get_exec = lambda: context  # (as an engine publishes it)
-    family = mrope.from_config(CONFIG, **SGLANG_SETTINGS)
+    family = mrope.from_config(QWEN2_5_VL_3B, **SGLANG_SETTINGS)
     pool = SimpleNamespace(req_generation=torch.zeros(9, dtype=torch.int64))
     table = RunnerTable(family, pool, "cpu", lambda name: None, lambda kind, error: None, host=True)
     text = SimpleNamespace(rid="t", session=None, origin_input_ids=IDS_TEXT)

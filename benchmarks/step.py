@@ -41,20 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from _common import main
+from _common import QWEN2_5_VL_3B, main
 from _timing import evict_caches, format_table, median_us, percentile_us, time_call, time_once, write_json
 from mrope.families import from_config
 from mrope.serving import PositionTable
 
-# Qwen2.5-VL-3B-Instruct's config (the fields the position rule reads)
-QWEN2_5_VL_3B = {
-    "model_type": "qwen2_5_vl",
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
-}
 IMAGE_GRID = [1, 36, 36]  # a 512x512 image after the processor's resize to 504x504, patch 14
 MAX_RUNNING = 256
 TOKEN_BUDGET = 2048
