@@ -183,7 +183,27 @@ def run_server(engine: str, config: str, args: argparse.Namespace, model: Path, 
             results.append(row)
             print(json.dumps(row), flush=True)
         server.stop()
+    check_plugin(config, server.log(), log)
     return results
+
+
+def check_plugin(config: str, text: str, log: Path) -> None:
+    """A run is what its configuration says: with mrope, the server's log says the plugin serves a runner
+    (``mrope: serves ...``) and no counter says a request or step fell back to the engine's path; without
+    it, no such line. Raises ``RuntimeError`` naming the log otherwise."""
+    serving = engines.serving_lines(text)
+    fallbacks = {
+        name: value
+        for counters in engines.counters(text).values()
+        for name, value in counters.items()
+        if name.startswith("fallback") and value
+    }
+    if config == "on" and (not serving or fallbacks):
+        said = "\n".join(line for line in text.splitlines() if "mrope:" in line and "counters" not in line)
+        served = fallbacks or "nothing"
+        raise RuntimeError(f"mrope on, but it served {served} (log: {log}); mrope said:\n{said}")
+    if config == "off" and serving:
+        raise RuntimeError(f"mrope off, but the plugin served: {serving[0]} (log: {log})")
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

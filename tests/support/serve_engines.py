@@ -72,12 +72,15 @@ KV_BYTES_PER_TOKEN = 2 * 2 * 1 * 64 * 4  # tiny Qwen2.5-VL: 2 layers, K and V, 1
 
 
 def add_chat_template(folder: Path) -> Path:
-    """Write :data:`CHAT_TEMPLATE` into the checkpoint's ``tokenizer_config.json`` (both servers read it
-    there); returns ``folder``."""
+    """Write :data:`CHAT_TEMPLATE` into the checkpoint's ``tokenizer_config.json`` (both servers' chat
+    APIs read it there) and, as the processor's template, into ``chat_template.json`` (SGLang's benchmark
+    client builds its native prompts with the processor's: without one it writes ``<image>``, which no
+    Qwen-VL processor expands, and the image gets no placeholder tokens); returns ``folder``."""
     path = folder / "tokenizer_config.json"
     config = json.loads(path.read_text())
     config["chat_template"] = CHAT_TEMPLATE
     path.write_text(json.dumps(config, indent=2))
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
     return folder
 
 
